@@ -1,0 +1,256 @@
+"""Advise: hits -> findings, ranked, with advice and fixes computed from the numbers.
+
+Hits of one rule that agree on their facts are one finding (the same error printed by each tensor-parallel
+rank lists the ranks); aggregate rules (preemption) fold every hit into one summary. A generic phrase
+never outranks a specific message, and a fallback rule (unrecognized-failure) only speaks when no other
+error does. The primary finding is the earliest specific error: the root cause, not the wrapper that
+reported it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from .matcher import Evaluator, Hit, derive_facts, template_names
+from .reader import Line
+from .rules import Fix, Rule, template_env
+from .tracker import Context
+
+SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+#: Settings never carried into a suggested command (secrets, and values that only restate the model).
+COMMAND_SKIP = {"model", "model_tag", "api_key", "hf_token", "token", "served_model_name_internal"}
+MAX_EVIDENCE = 6
+
+
+@dataclass
+class Finding:
+    """One diagnosis: what, where, the numbers, and what to do."""
+
+    rule: Rule
+    severity: str
+    stage: str | None
+    fine_stage: str | None
+    line: int
+    end_line: int
+    evidence: list[Line]
+    facts: dict[str, Any]
+    advice: str = ""
+    fixes: list[dict[str, Any]] = field(default_factory=list)
+    command: str | None = None
+    python: str | None = None
+    ranks: list[int] = field(default_factory=list)
+    occurrences: int = 1
+    generic: bool = False
+
+    @property
+    def title(self) -> str:
+        return self.rule.title
+
+
+def _compatible(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def _group(hits: list[Hit]) -> list[list[Hit]]:
+    """Hits of one rule with agreeing facts form one group; aggregate rules form one group each."""
+    groups: list[list[Hit]] = []
+    for hit in hits:
+        for group in groups:
+            head = group[0]
+            if head.rule.id != hit.rule.id:
+                continue
+            if hit.rule.aggregate or _compatible(_merged_facts(group), hit.facts):
+                group.append(hit)
+                break
+        else:
+            groups.append([hit])
+    return groups
+
+
+def _merged_facts(group: list[Hit]) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    for h in group:
+        for k, v in h.facts.items():
+            facts.setdefault(k, v)
+    return facts
+
+
+def _aggregate(rule: Rule, group: list[Hit]) -> dict[str, Any]:
+    facts = _merged_facts(group)
+    for name, how in rule.aggregate.items():
+        values = [h.facts[name] for h in group if name in h.facts]
+        if how == "count":
+            facts[name] = len(values)
+            continue
+        if not values:
+            facts.pop(name, None)
+            continue
+        if how == "max":
+            facts[name] = max(values)
+        elif how == "min":
+            facts[name] = min(values)
+        elif how == "sum":
+            facts[name] = sum(values)
+        elif how == "first":
+            facts[name] = values[0]
+        elif how == "last":
+            facts[name] = values[-1]
+    stamped = [h.line.timestamp for h in group if h.line.timestamp]
+    facts["hits"] = len(group)
+    facts["first_line"], facts["last_line"] = group[0].line.number, group[-1].line.number
+    if stamped:
+        facts["first_time"], facts["last_time"] = stamped[0], stamped[-1]
+    return facts
+
+
+def _drop_shadowed(hits: list[Hit]) -> list[Hit]:
+    """A generic hit on a line that a specific hit of another rule explains says nothing more."""
+    specific_lines = {(h.line.number, h.line.proc_key) for h in hits if not h.pattern.generic}
+    specific_rules_at = {(h.line.number, h.line.proc_key, h.rule.id) for h in hits if not h.pattern.generic}
+    out = []
+    for h in hits:
+        key = (h.line.number, h.line.proc_key)
+        if h.pattern.generic and key in specific_lines and (*key, h.rule.id) not in specific_rules_at:
+            continue
+        out.append(h)
+    return out
+
+
+def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
+    """The corrected `vllm serve` command and its Python LLM(...) spelling, from the log's settings."""
+    settings: dict[str, Any] = {}
+    for key, value in ctx.args.items():
+        if key in COMMAND_SKIP or value is None or value is False:
+            continue
+        settings[key] = value
+    for key in ("max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "dtype",
+                "kv_cache_dtype", "quantization", "max_num_seqs"):
+        if key not in settings and key in ctx.args:
+            settings[key] = ctx.args[key]
+    env: list[str] = []
+    for fix in fixes:
+        if fix.get("env"):
+            env.append(f"{fix['env']}={shlex.quote(str(fix['value']))}")
+            continue
+        flag = fix["flag"]
+        key = flag.lstrip("-").replace("-", "_")
+        value = fix.get("value")
+        if value in (None, "", True, "true", "True"):
+            settings[key] = True
+        elif value in ("false", "False", "remove"):
+            settings.pop(key, None)
+        else:
+            settings[key] = value
+    model = ctx.model or "MODEL"
+    parts = [*env, "vllm", "serve", shlex.quote(str(model))]
+    py_args = [f"model={str(model)!r}"]
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+            py_args.append(f"{key}=True")
+            continue
+        text = value if isinstance(value, str) else _plain(value)
+        if isinstance(value, (dict, list)):
+            import json
+
+            text = json.dumps(value)
+        parts.extend([flag, shlex.quote(str(text))])
+        py_args.append(f"{key}={value!r}")
+    return " ".join(parts), f"LLM({', '.join(py_args)})"
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+class Advisor:
+    """Turns hits into ranked findings for one log."""
+
+    def __init__(self) -> None:
+        self.env = template_env()
+        self.ev = Evaluator()
+        self._templates: dict[str, Any] = {}
+
+    def findings(self, hits: list[Hit], ctx: Context) -> list[Finding]:
+        ctx_dict = ctx.as_dict()
+        found: list[Finding] = []
+        for group in _group(_drop_shadowed(hits)):
+            rule = group[0].rule
+            facts = _aggregate(rule, group) if rule.aggregate else _merged_facts(group)
+            facts = derive_facts(rule, facts, ctx_dict, self.ev)
+            first = group[0]
+            specific = [h for h in group if not h.pattern.generic]
+            anchor = specific[0] if specific else first
+            evidence = _evidence(group)
+            ranks = sorted({h.line.rank for h in group if h.line.rank is not None})
+            finding = Finding(
+                rule=rule, severity=rule.severity, stage=rule.stage or anchor.stage,
+                fine_stage=rule.fine_stage or anchor.fine_stage, line=anchor.line.number,
+                end_line=max(anchor.end_line, anchor.line.number), evidence=evidence, facts=facts,
+                ranks=ranks, occurrences=len(group), generic=not specific,
+            )
+            self._render(finding, ctx, ctx_dict)
+            found.append(finding)
+        errors = [f for f in found if f.severity == "error" and not f.rule.fallback]
+        if errors:
+            found = [f for f in found if not f.rule.fallback]
+        else:
+            fallbacks = [f for f in found if f.rule.fallback]
+            found = [f for f in found if not f.rule.fallback] + fallbacks[:1]
+        found.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.rule.fallback, f.generic, f.line))
+        return found
+
+    def _render(self, finding: Finding, ctx: Context, ctx_dict: dict[str, Any]) -> None:
+        rule = finding.rule
+        names = template_names(finding.facts, ctx_dict)
+        names.update({"severity": finding.severity, "rule_id": rule.id, "ranks": finding.ranks,
+                      "stage": finding.stage})
+        fixes = [f for f in (self._fix(fx, names) for fx in rule.fixes) if f]
+        finding.fixes = fixes
+        if finding.severity == "error":
+            finding.command, finding.python = build_command(ctx, fixes)
+        names["command"] = finding.command or ""
+        finding.advice = self._text(rule.advice, names, rule)
+
+    def _fix(self, fix: Fix, names: dict[str, Any]) -> dict[str, Any] | None:
+        if fix.when and not self.ev.truth(fix.when, names):
+            return None
+        value = self._text(fix.value, names, None).strip()
+        if fix.value and not value:
+            return None
+        out: dict[str, Any] = {"flag": fix.flag, "value": value, "reason": self._text(fix.reason, names, None)}
+        if fix.env:
+            out["env"] = fix.env
+        return out
+
+    def _text(self, source: str, names: dict[str, Any], rule: Rule | None) -> str:
+        tpl = self._templates.get(source)
+        if tpl is None:
+            tpl = self._templates[source] = self.env.from_string(source)
+        try:
+            return tpl.render(**names).strip()
+        except Exception as exc:  # noqa: BLE001 - a template over unusual facts must not kill the report
+            if rule is None:
+                return ""
+            return f"{rule.title}. (Advice could not be computed from these numbers: {exc}.)"
+
+
+def _evidence(group: list[Hit]) -> list[Line]:
+    """A few distinct lines: the first occurrence's window, then other ranks' first lines."""
+    seen: set[str] = set()
+    out: list[Line] = []
+    for h in group:
+        for line in h.evidence:
+            key = line.text.strip()
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(line)
+            if len(out) >= MAX_EVIDENCE:
+                return out
+    return out

@@ -1,0 +1,231 @@
+"""The command line: `vllm-doctor [FILE...]`, `rules`, `explain ID`, `check`, `plan`.
+
+Exit codes: 0 no finding at or above --fail-on, 1 at least one, 2 usage, input or internal error. Every
+error a user can cause is one line on stderr that names what to change.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import click
+
+from . import __version__
+from .engine import Report, diagnose
+from .report import FORMATS, renderer
+from .rules import RuleError, builtin_rules, load_rules
+
+FAIL_ON = ("error", "warning", "info", "never")
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+class DoctorGroup(click.Group):
+    """A group whose default command is `diagnose`: `vllm-doctor server.log` needs no subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["diagnose", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DoctorGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="vllm-doctor")
+def main() -> None:
+    """Diagnose a vLLM server log: what failed, at which stage, the numbers, and the computed fix.
+
+    \b
+      vllm-doctor server.log            diagnose a file
+      vllm serve ... 2>&1 | vllm-doctor diagnose a live or piped log
+      vllm-doctor                       paste a log, end with Ctrl-D
+      vllm-doctor rules / explain ID    the rules and what each means
+      vllm-doctor plan --help           predict whether a configuration starts
+    """
+
+
+def _format_choices() -> list[str]:
+    return ["auto", *FORMATS]
+
+
+def _open_inputs(files: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
+    """Files or stdin; an unreadable path is a usage error naming it."""
+    if not files:
+        stdin = click.get_binary_stream("stdin")
+        if sys.stdin is not None and sys.stdin.isatty():
+            click.echo("Paste the vLLM log, then press Ctrl-D (Ctrl-Z Enter on Windows) to diagnose it.",
+                       err=True)
+        return [("-", stdin)]
+    out = []
+    for name in files:
+        if name == "-":
+            out.append(("-", click.get_binary_stream("stdin")))
+            continue
+        path = Path(name)
+        if path.is_dir():
+            raise click.UsageError(f"{name}: is a directory; pass the log file inside it")
+        try:
+            out.append((name, path.open("rb")))
+        except OSError as exc:
+            raise click.UsageError(f"{name}: cannot read ({exc.strerror or exc}); check the path") from None
+    return out
+
+
+def pick_format(name: str) -> str:
+    """`auto` is github inside GitHub Actions when that format exists, text otherwise."""
+    if name != "auto":
+        return name
+    if os.environ.get("GITHUB_ACTIONS") == "true" and "github" in FORMATS:
+        return "github"
+    return "text"
+
+
+def exit_code(reports: list[Report], fail_on: str, exit_zero: bool) -> int:
+    """1 when any finding is at or above --fail-on, else 0."""
+    if exit_zero or fail_on == "never":
+        return 0
+    limit = SEVERITY_ORDER[fail_on]
+    hit = any(SEVERITY_ORDER[f.severity] <= limit for r in reports for f in r.findings)
+    return 1 if hit else 0
+
+
+def _diagnose_options(func: Any) -> Any:
+    options = [
+        click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True)),
+        click.option("--format", "-f", "fmt", type=click.Choice(_format_choices()), default="auto",
+                      show_default=True, help="Output format (auto: github in GitHub Actions, else text)."),
+        click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
+                     help="Exit 1 when a finding is at or above this severity."),
+        click.option("--exit-zero", is_flag=True, help="Always exit 0 when the diagnosis ran (rollouts)."),
+        click.option("--rules", "rule_paths", multiple=True, type=click.Path(),
+                     help="Extra rule file or folder (repeatable)."),
+        click.option("--no-redact", is_flag=True, help="Keep secrets in the output (warns on stderr)."),
+        click.option("--color/--no-color", default=None, help="Force colour on or off (default: on a TTY)."),
+        click.option("--config-file", type=click.Path(), default=None,
+                     help="The launch config that set the flags (SARIF locations point at it)."),
+        click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
+                     help="Write the report to this file instead of stdout."),
+    ]
+    for opt in reversed(options):
+        func = opt(func)
+    return func
+
+
+def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rule_paths: tuple[str, ...],
+                  no_redact: bool, color: bool | None, config_file: str | None, output: str | None) -> int:
+    """Shared by `diagnose` and `check`: returns the exit code."""
+    try:
+        rules = load_rules(tuple(Path(p) for p in rule_paths)) if rule_paths else builtin_rules()
+    except RuleError as exc:
+        raise click.UsageError(str(exc)) from None
+    if no_redact:
+        click.echo("vllm-doctor: warning: --no-redact: secrets in the log will appear in the output", err=True)
+    reports = []
+    for name, stream in _open_inputs(files):
+        try:
+            reports.append(diagnose(stream, name, rules, redact=not no_redact))
+        finally:
+            if name != "-":
+                stream.close()
+    fmt = pick_format(fmt)
+    opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
+    if color is not None:
+        opts["color"] = color
+    elif output:
+        opts["color"] = False
+    text = renderer(fmt)(reports, opts)
+    if output:
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise click.UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
+    else:
+        click.echo(text, nl=False)
+    return exit_code(reports, fail_on, exit_zero)
+
+
+@main.command("diagnose")
+@_diagnose_options
+def diagnose_cmd(**kwargs: Any) -> None:
+    """Diagnose vLLM log FILES (or stdin)."""
+    sys.exit(run_diagnosis(**kwargs))
+
+
+@main.command("check")
+@_diagnose_options
+def check_cmd(**kwargs: Any) -> None:
+    """CI gate: like diagnose, meant for a log captured from a smoke-test start of vLLM."""
+    sys.exit(run_diagnosis(**kwargs))
+
+
+@main.command("rules")
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text")
+def rules_cmd(fmt: str) -> None:
+    """List the rules: id, severity, stage, title."""
+    rules = sorted(builtin_rules(), key=lambda r: r.id)
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps([{"id": r.id, "severity": r.severity, "stage": r.stage, "title": r.title}
+                               for r in rules], indent=2))
+        return
+    width = max(len(r.id) for r in rules)
+    for r in rules:
+        click.echo(f"{r.id:<{width}}  {r.severity:<7}  {(r.stage or 'any'):<7}  {r.title}")
+
+
+@main.command("explain")
+@click.argument("rule_id")
+def explain_cmd(rule_id: str) -> None:
+    """Print a rule's page: what it means, why it happens, how the fix is computed."""
+    rules = {r.id: r for r in builtin_rules()}
+    rule = rules.get(rule_id)
+    if rule is None:
+        from rapidfuzz import process
+
+        guess = process.extractOne(rule_id, list(rules))
+        hint = f" Did you mean {guess[0]!r}?" if guess and guess[1] >= 60 else ""
+        raise click.UsageError(f"unknown rule {rule_id!r}.{hint} `vllm-doctor rules` lists them.")
+    click.echo(f"{rule.id}  ({rule.severity}, stage: {rule.stage or 'from the log'})")
+    click.echo(rule.title)
+    click.echo("")
+    click.echo(textwrap.dedent(rule.explanation).strip())
+    phrases = [p.phrase for p in rule.patterns if p.phrase]
+    if phrases:
+        click.echo("\nRecognised messages (fuzzy-matched, so rewordings still count):")
+        for ph in phrases:
+            click.echo(f"  - {ph}")
+    if rule.fixes:
+        click.echo("\nFixes it can compute:")
+        for fx in rule.fixes:
+            click.echo(f"  - {fx.flag or fx.env}")
+    if rule.references:
+        click.echo("\nReferences:")
+        for ref in rule.references:
+            click.echo(f"  - {ref}")
+
+
+def run() -> None:
+    """Entry point with the one-line error contract: usage errors exit 2, crashes exit 2, never 0."""
+    try:
+        main.main(standalone_mode=False, prog_name="vllm-doctor")
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"vllm-doctor: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except click.Abort:
+        click.echo("vllm-doctor: aborted", err=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an internal error must never exit 0, and says how to report it
+        click.echo(f"vllm-doctor: internal error: {type(exc).__name__}: {exc} "
+                   "(please report it with the log that caused it)", err=True)
+        sys.exit(2)

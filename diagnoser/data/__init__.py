@@ -1,0 +1,1 @@
+"""Package data: landmarks, models, GPUs, flags."""

@@ -1,0 +1,60 @@
+"""The pipeline in one place: read -> track -> match -> advise, in one streaming pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from .advise import Advisor, Finding
+from .matcher import Matcher
+from .reader import Prefilter, ReadStats, read_lines
+from .redact import Redactor
+from .rules import Rule, builtin_rules
+from .tracker import Context, Tracker, landmark_keywords
+
+
+@dataclass
+class Report:
+    """What one input produced: its context and its ranked findings."""
+
+    path: str
+    lines: int
+    bytes: int
+    context: Context
+    findings: list[Finding]
+    redactions: dict[str, int] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        out = {"error": 0, "warning": 0, "info": 0}
+        for f in self.findings:
+            out[f.severity] += 1
+        return out
+
+
+def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
+    """Every keyword any rule or the tracker needs: the only lines the doctor ever decodes."""
+    words = [k for r in rules for p in r.patterns for k in p.keywords]
+    return Prefilter([*words, *landmark_keywords()])
+
+
+def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, ...] | None = None,
+             redact: bool = True) -> Report:
+    """Diagnose one binary stream in constant memory."""
+    rules = builtin_rules() if rules is None else rules
+    redactor = Redactor() if redact else None
+    stats = ReadStats()
+    tracker = Tracker()
+    matcher = Matcher(rules, tracker.context)
+    for line in read_lines(stream, prefilter_for(rules), redactor, stats):
+        matcher.feed(line, tracker.observe(line))
+    hits = matcher.finish()
+    findings = Advisor().findings(hits, tracker.context)
+    return Report(path=path, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
+                  findings=findings, redactions=dict(redactor.counts) if redactor else {})
+
+
+def diagnose_text(text: str, rules: list[Rule] | tuple[Rule, ...] | None = None, redact: bool = True) -> Report:
+    """Convenience for tests and pasted fragments."""
+    import io
+
+    return diagnose(io.BytesIO(text.encode("utf-8")), "-", rules, redact)

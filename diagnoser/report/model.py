@@ -1,0 +1,47 @@
+"""The JSON contract (schema_version 1): every machine-readable format is built from these dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+from ..advise import Finding
+from ..engine import Report
+
+SCHEMA_VERSION = 1
+TOOL = {"name": "vllm-doctor", "version": __version__}
+
+
+def finding_dict(f: Finding) -> dict[str, Any]:
+    """One finding as the contract names it."""
+    out: dict[str, Any] = {
+        "rule": f.rule.id,
+        "title": f.rule.title,
+        "severity": f.severity,
+        "stage": f.stage,
+        "fine_stage": f.fine_stage,
+        "line": f.line,
+        "end_line": f.end_line,
+        "evidence": [{"line": ln.number, "text": ln.raw} for ln in f.evidence],
+        "facts": {k: v for k, v in f.facts.items() if not k.startswith("_") and v is not None},
+        "advice": f.advice,
+        "fixes": f.fixes,
+        "command": f.command,
+        "python": f.python,
+        "ranks": f.ranks,
+        "occurrences": f.occurrences,
+    }
+    return out
+
+
+def report_dict(r: Report) -> dict[str, Any]:
+    """One input's report: the whole JSON contract."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": dict(TOOL),
+        "input": {"path": r.path, "lines": r.lines, "bytes": r.bytes},
+        "context": r.context.as_dict(),
+        "findings": [finding_dict(f) for f in r.findings],
+        "summary": r.counts(),
+        "redactions": {"total": sum(r.redactions.values()), "by_kind": dict(r.redactions)},
+    }

@@ -1,0 +1,387 @@
+"""Rules: YAML signatures, loaded and validated once.
+
+A rule is data: phrases fuzzy-matched against clean lines (or exact regexes), named regex groups that become
+typed facts, jinja2 expressions that derive more facts, an advice template, fixes, a long explanation and
+its own test cases. Adding or rewording a signature needs no Python change. Loading refuses a rule file
+that would misbehave at run time (unknown key, bad regex, a template that names a fact the rule cannot
+produce, no cases), naming the file and the key, so a typo never reaches a user's diagnosis.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import regex
+import yaml
+from jinja2 import StrictUndefined, Undefined, meta
+from jinja2.exceptions import TemplateSyntaxError
+from jinja2.sandbox import SandboxedEnvironment
+
+from .stages import STAGES
+
+SEVERITIES = ("error", "warning", "info")
+FACT_TYPES = ("int", "float", "str", "gib", "size", "bytes", "list")
+AGGREGATES = ("max", "min", "sum", "first", "last", "count")
+
+RULE_KEYS = {
+    "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
+    "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "catalog", "summary",
+}
+PATTERN_KEYS = {"phrase", "regex", "threshold", "keywords", "generic", "stages", "catalog", "when", "wrapper"}
+FIX_KEYS = {"flag", "value", "reason", "when", "env"}
+CASE_KEYS = {"match", "near_miss"}
+MATCH_CASE_KEYS = {"text", "facts", "stage", "context", "advice_contains"}
+
+#: Words too common in vLLM logs to make a useful prefilter keyword.
+STOPWORDS = {
+    "request", "requests", "tokens", "token", "model", "models", "engine", "initializing", "memory", "cache",
+    "please", "increasing", "decreasing", "should", "which", "their", "there", "would", "could", "because",
+    "during", "before", "after", "while", "other", "available", "number", "maximum", "current", "config",
+    "warning", "information", "process", "processes", "error", "using", "initialization", "following",
+}
+
+#: Names every template may use besides the rule's facts.
+TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks", "command", "stage",
+                    "none", "true", "false", "loop", "range", "min", "max", "round", "int", "float", "abs",
+                    "len", "sorted", "namespace", "dict", "list"}
+
+DEFAULT_THRESHOLD = 85.0
+
+
+class RuleError(ValueError):
+    """A rule file is wrong: carries the file and the key so the one-line message says what to change."""
+
+    def __init__(self, path: str, key: str, message: str) -> None:
+        super().__init__(f"{path}: {key}: {message}")
+        self.path, self.key = path, key
+
+
+@dataclass
+class Pattern:
+    """One way a rule recognises its message."""
+
+    phrase: str | None
+    regex: regex.Pattern[str] | None
+    threshold: float
+    keywords: list[str]
+    generic: bool
+    stages: tuple[str | None, ...] | None
+    when: str | None
+    wrapper: bool
+    catalog: list[str]
+
+
+@dataclass
+class Extractor:
+    """A regex whose named groups become facts; `tolerant` also finds it across wrapped lines."""
+
+    pattern: regex.Pattern[str]
+    tolerant: regex.Pattern[str]
+
+
+@dataclass
+class Fix:
+    flag: str | None
+    value: str
+    reason: str
+    when: str | None
+    env: str | None
+
+
+@dataclass
+class Rule:
+    """A loaded, validated rule."""
+
+    id: str
+    title: str
+    severity: str
+    stage: str | None
+    fine_stage: str | None
+    patterns: list[Pattern]
+    extractors: list[Extractor]
+    facts: dict[str, str]
+    derive: dict[str, str]
+    when: str | None
+    aggregate: dict[str, str]
+    advice: str
+    summary: str | None
+    fixes: list[Fix]
+    explanation: str
+    references: list[str]
+    cases: dict[str, list[Any]]
+    fallback: bool
+    path: str
+    catalog: list[str] = field(default_factory=list)
+
+    def produces(self) -> set[str]:
+        """Every fact name this rule can hand to its templates."""
+        names = set(self.facts) | set(self.derive) | set(self.aggregate)
+        for ex in self.extractors:
+            names |= set(ex.pattern.groupindex)
+        if self.aggregate:
+            names |= {"hits", "first_time", "last_time", "first_line", "last_line"}
+        return names
+
+
+def template_env() -> SandboxedEnvironment:
+    """The one environment for advice templates and expressions: sandboxed, strict about names."""
+    env = SandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                               keep_trailing_newline=False)
+    env.filters["tokens"] = _tokens
+    env.filters["gib"] = _gib
+    env.tests["known"] = lambda v: not isinstance(v, Undefined) and v is not None
+    return env
+
+
+def _tokens(n: Any) -> str:
+    """35000 -> '35,000'; an unknown value prints as '?' rather than failing the advice."""
+    try:
+        return f"{int(n):,}"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _gib(x: Any) -> str:
+    """4.6213 -> '4.62'."""
+    try:
+        return f"{float(x):.2f}"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def derive_keywords(phrase: str) -> list[str]:
+    """Distinctive words of a phrase: what a line must contain before it is fuzzy-matched."""
+    words = re.findall(r"[A-Za-z_][A-Za-z_'-]{4,}", phrase)
+    ranked = sorted({w.lower().strip("'") for w in words if w.lower() not in STOPWORDS}, key=len, reverse=True)
+    return ranked[:3] or [phrase.lower()[:24]]
+
+
+def _tolerant(source: str) -> regex.Pattern[str]:
+    """The same regex, allowing whitespace inserted anywhere (a terminal or chat window wrapped it)."""
+    return regex.compile(f"(?:{source}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0)
+
+
+def _expr_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
+    try:
+        ast = env.parse("{{ (" + source + ") }}")
+    except TemplateSyntaxError as exc:
+        raise RuleError(path, key, f"not a valid expression: {exc.message}") from None
+    return meta.find_undeclared_variables(ast)
+
+
+def _template_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
+    try:
+        ast = env.parse(source)
+    except TemplateSyntaxError as exc:
+        raise RuleError(path, key, f"template does not parse (line {exc.lineno}): {exc.message}") from None
+    return meta.find_undeclared_variables(ast)
+
+
+def _check_names(names: set[str], allowed: set[str], path: str, key: str) -> None:
+    unknown = sorted(n for n in names if n not in allowed and n not in TEMPLATE_GLOBALS)
+    if unknown:
+        raise RuleError(path, key, f"uses {', '.join(unknown)}, which this rule never produces "
+                                   f"(extract a group of that name, add it under derive, or read it from ctx.)")
+
+
+def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: str) -> Any:
+    if key not in data:
+        raise RuleError(path, key, "missing")
+    value = data[key]
+    if not isinstance(value, kind):
+        raise RuleError(path, key, f"must be {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _compile(source: str, path: str, key: str) -> regex.Pattern[str]:
+    try:
+        return regex.compile(source, regex.V0)
+    except regex.error as exc:
+        raise RuleError(path, key, f"regex does not compile: {exc}") from None
+
+
+def parse_rule(data: Any, path: str) -> Rule:
+    """Validate one rule document and build the Rule."""
+    if not isinstance(data, dict):
+        raise RuleError(path, "(top)", "a rule file holds one mapping (id, title, severity, match, ...)")
+    unknown = sorted(set(data) - RULE_KEYS)
+    if unknown:
+        raise RuleError(path, unknown[0], f"unknown key; allowed: {', '.join(sorted(RULE_KEYS))}")
+    rid = _require(data, "id", str, path)
+    if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", rid):
+        raise RuleError(path, "id", f"{rid!r} is not kebab-case")
+    if Path(path).stem != rid and not path.startswith("<"):
+        raise RuleError(path, "id", f"{rid!r} must match the file name {Path(path).stem!r}")
+    severity = _require(data, "severity", str, path)
+    if severity not in SEVERITIES:
+        raise RuleError(path, "severity", f"{severity!r}; one of {', '.join(SEVERITIES)}")
+    stage = data.get("stage")
+    if stage is not None and stage not in STAGES:
+        raise RuleError(path, "stage", f"{stage!r}; one of {', '.join(STAGES)} (or omit: taken from the log)")
+    env = template_env()
+
+    patterns: list[Pattern] = []
+    for i, item in enumerate(_require(data, "match", list, path)):
+        key = f"match[{i}]"
+        if not isinstance(item, dict):
+            raise RuleError(path, key, "each match entry is a mapping with phrase: or regex:")
+        bad = sorted(set(item) - PATTERN_KEYS)
+        if bad:
+            raise RuleError(path, f"{key}.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(PATTERN_KEYS))}")
+        phrase, rx = item.get("phrase"), item.get("regex")
+        if bool(phrase) == bool(rx):
+            raise RuleError(path, key, "give exactly one of phrase: or regex:")
+        compiled = _compile(rx, path, f"{key}.regex") if rx else None
+        keywords = item.get("keywords") or (derive_keywords(phrase) if phrase else None)
+        if not keywords:
+            raise RuleError(path, f"{key}.keywords", "a regex entry needs literal keywords: for the prefilter")
+        stages = item.get("stages")
+        if stages is not None:
+            for s in stages:
+                if s is not None and s not in STAGES:
+                    raise RuleError(path, f"{key}.stages", f"{s!r}; one of {', '.join(STAGES)} or null")
+            stages = tuple(stages)
+        when = item.get("when")
+        if when:
+            _expr_names(env, when, path, f"{key}.when")
+        patterns.append(Pattern(
+            phrase=phrase, regex=compiled, threshold=float(item.get("threshold", DEFAULT_THRESHOLD)),
+            keywords=[str(k) for k in keywords], generic=bool(item.get("generic")), stages=stages,
+            when=when, wrapper=bool(item.get("wrapper")), catalog=list(item.get("catalog") or []),
+        ))
+
+    extractors = []
+    for i, item in enumerate(data.get("extract") or []):
+        key = f"extract[{i}]"
+        source = item.get("regex") if isinstance(item, dict) else item
+        if not isinstance(source, str):
+            raise RuleError(path, key, "each extract entry is a regex (string or {regex: ...})")
+        compiled = _compile(source, path, key)
+        if not compiled.groupindex:
+            raise RuleError(path, key, "an extract regex needs named groups (?P<name>...)")
+        extractors.append(Extractor(compiled, _tolerant(source)))
+
+    facts = dict(data.get("facts") or {})
+    for name, kind in facts.items():
+        if kind not in FACT_TYPES:
+            raise RuleError(path, f"facts.{name}", f"type {kind!r}; one of {', '.join(FACT_TYPES)}")
+    aggregate = dict(data.get("aggregate") or {})
+    for name, how in aggregate.items():
+        if how not in AGGREGATES:
+            raise RuleError(path, f"aggregate.{name}", f"{how!r}; one of {', '.join(AGGREGATES)}")
+
+    rule = Rule(
+        id=rid, title=_require(data, "title", str, path), severity=severity, stage=stage,
+        fine_stage=data.get("fine_stage"), patterns=patterns, extractors=extractors, facts=facts,
+        derive=dict(data.get("derive") or {}), when=data.get("when"), aggregate=aggregate,
+        advice=_require(data, "advice", str, path), summary=data.get("summary"), fixes=[],
+        explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
+        cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
+    )
+    produced = rule.produces()
+    groups = set()
+    for ex in extractors:
+        groups |= set(ex.pattern.groupindex)
+    for p in patterns:
+        if p.regex is not None:
+            groups |= set(p.regex.groupindex)
+    produced |= groups
+    for name in facts:
+        if name not in groups and name not in rule.derive:
+            raise RuleError(path, f"facts.{name}", "declared but no extract regex has a group of that name")
+    for name, expr in rule.derive.items():
+        _check_names(_expr_names(env, expr, path, f"derive.{name}"), produced, path, f"derive.{name}")
+    if rule.when:
+        _check_names(_expr_names(env, rule.when, path, "when"), produced, path, "when")
+    for p in patterns:
+        if p.when:
+            _check_names(_expr_names(env, p.when, path, "match.when"), produced, path, "match.when")
+    _check_names(_template_names(env, rule.advice, path, "advice"), produced, path, "advice")
+    if rule.summary:
+        _check_names(_template_names(env, rule.summary, path, "summary"), produced, path, "summary")
+
+    for i, item in enumerate(data.get("fixes") or []):
+        key = f"fixes[{i}]"
+        if not isinstance(item, dict):
+            raise RuleError(path, key, "each fix is a mapping: flag, value, reason[, when]")
+        bad = sorted(set(item) - FIX_KEYS)
+        if bad:
+            raise RuleError(path, f"{key}.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(FIX_KEYS))}")
+        fix = Fix(flag=item.get("flag"), value=str(item.get("value", "")), reason=str(item.get("reason", "")),
+                  when=item.get("when"), env=item.get("env"))
+        if not fix.flag and not fix.env:
+            raise RuleError(path, f"{key}.flag", "a fix names a flag (--max-model-len) or an env variable")
+        for part, source in (("value", fix.value), ("reason", fix.reason)):
+            _check_names(_template_names(env, source, path, f"{key}.{part}"), produced, path, f"{key}.{part}")
+        if fix.when:
+            _check_names(_expr_names(env, fix.when, path, f"{key}.when"), produced, path, f"{key}.when")
+        rule.fixes.append(fix)
+
+    cases = data.get("cases")
+    if not isinstance(cases, dict) or not cases.get("match"):
+        raise RuleError(path, "cases", "every rule needs cases.match (lines it must match) and cases.near_miss")
+    bad = sorted(set(cases) - CASE_KEYS)
+    if bad:
+        raise RuleError(path, f"cases.{bad[0]}", "unknown key; allowed: match, near_miss")
+    if not cases.get("near_miss"):
+        raise RuleError(path, "cases.near_miss", "at least one near-miss line that must not match")
+    for i, case in enumerate(cases["match"]):
+        if not isinstance(case, dict) or "text" not in case:
+            raise RuleError(path, f"cases.match[{i}]", "each case is a mapping with text: (and facts:)")
+        bad = sorted(set(case) - MATCH_CASE_KEYS)
+        if bad:
+            raise RuleError(path, f"cases.match[{i}].{bad[0]}",
+                            f"unknown key; allowed: {', '.join(sorted(MATCH_CASE_KEYS))}")
+    rule.cases = {"match": list(cases["match"]), "near_miss": list(cases["near_miss"])}
+    return rule
+
+
+def load_rule_file(path: Path) -> Rule:
+    """Read and validate one rule file; unreadable or invalid YAML is a RuleError too."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(str(path), "(file)", f"cannot read: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(yaml)"
+        raise RuleError(str(path), where, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    return parse_rule(data, str(path))
+
+
+def builtin_rules_dir() -> Path:
+    """Rules ship inside the package (diagnoser.rules); a source checkout keeps them in ./rules."""
+    try:
+        pkg = resources.files("diagnoser.rules")
+        if pkg.is_dir() and any(p.name.endswith(".yaml") for p in pkg.iterdir()):
+            return Path(str(pkg))
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parent.parent / "rules"
+
+
+def load_rules(extra: tuple[Path, ...] = ()) -> list[Rule]:
+    """Built-in rules plus any extra files or folders; ids must be unique."""
+    paths = sorted(builtin_rules_dir().glob("*.yaml"))
+    for p in extra:
+        paths.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
+    rules: dict[str, Rule] = {}
+    for p in paths:
+        rule = load_rule_file(p)
+        if rule.id in rules and rules[rule.id].path != rule.path:
+            raise RuleError(str(p), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
+        rules[rule.id] = rule
+    return list(rules.values())
+
+
+@lru_cache(maxsize=1)
+def builtin_rules() -> tuple[Rule, ...]:
+    """The shipped rules, loaded once per process."""
+    return tuple(load_rules())

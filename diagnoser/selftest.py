@@ -1,0 +1,66 @@
+"""Run a rule's inline cases: the lines it must match (with their facts) and the near-misses it must not.
+
+The test suite runs every shipped rule through this, and rule authors run it on their own files with
+`vllm-doctor rules --test FILE`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .engine import diagnose_text
+from .rules import Rule, builtin_rules
+
+#: A landmark line that puts the log in a stage before a case's text (cases may say `stage: loading`).
+STAGE_LEAD = {
+    "cli": "INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'org/model'}",
+    "config": "INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine (v0.10.0) with config: model='org/model'",
+    "loading": "INFO 01-01 00:00:00 [gpu_model_runner.py:1] Starting to load model org/model...",
+    "startup": "INFO 01-01 00:00:00 [gpu_worker.py:1] Memory profiling takes 3.20 seconds",
+    "warmup": "INFO 01-01 00:00:00 [gpu_model_runner.py:1] Capturing cudagraphs for decoding.",
+    "serving": "INFO 01-01 00:00:00 [api_server.py:1] Starting vLLM API server on http://0.0.0.0:8000",
+}
+
+
+def _close(want: Any, got: Any) -> bool:
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)) and not isinstance(want, bool):
+        return math.isclose(float(want), float(got), rel_tol=0.011, abs_tol=0.011)
+    return want == got
+
+
+def case_text(case: dict[str, Any]) -> str:
+    lead = STAGE_LEAD.get(case.get("stage") or "", "")
+    return (lead + "\n" if lead else "") + str(case["text"]).rstrip("\n") + "\n"
+
+
+def run_cases(rule: Rule, rules: tuple[Rule, ...] | list[Rule] | None = None) -> list[str]:
+    """Failures of one rule's cases, as readable lines (empty: all pass)."""
+    rules = tuple(rules) if rules is not None else builtin_rules()
+    if rule not in rules:
+        rules = (*[r for r in rules if r.id != rule.id], rule)
+    failures: list[str] = []
+    for i, case in enumerate(rule.cases.get("match", [])):
+        report = diagnose_text(case_text(case), rules)
+        mine = [f for f in report.findings if f.rule.id == rule.id]
+        where = f"{rule.id}: cases.match[{i}]"
+        if not mine:
+            got = [f.rule.id for f in report.findings]
+            failures.append(f"{where}: no finding (got {got}) for: {str(case['text'])[:120]}")
+            continue
+        facts = mine[0].facts
+        for name, want in (case.get("facts") or {}).items():
+            if name not in facts:
+                failures.append(f"{where}: fact {name} missing (have {sorted(facts)})")
+            elif not _close(want, facts[name]):
+                failures.append(f"{where}: fact {name} = {facts[name]!r}, want {want!r}")
+        for needle in case.get("advice_contains") or []:
+            if needle not in mine[0].advice and needle not in (mine[0].command or ""):
+                failures.append(f"{where}: advice lacks {needle!r}")
+    for i, text in enumerate(rule.cases.get("near_miss", [])):
+        body = text["text"] if isinstance(text, dict) else text
+        case = text if isinstance(text, dict) else {"text": body}
+        report = diagnose_text(case_text(case), rules)
+        if any(f.rule.id == rule.id for f in report.findings):
+            failures.append(f"{rule.id}: cases.near_miss[{i}] matched but must not: {str(body)[:120]}")
+    return failures

@@ -1,0 +1,324 @@
+"""Track: where the start-up is (stage) and what the log has said about itself (context).
+
+The stage comes from landmark lines (catalog section B) and, for the exception that ends a traceback, from
+the innermost frame whose function names a stage: a bare "CUDA out of memory" raised under load_weights is
+a loading failure, the same words under capture_model a warmup failure. Tracebacks are followed per
+process, because V1 workers and the EngineCore interleave their output.
+
+The context is one object filled from the `non-default args` dict, the older `Namespace(...)` dump, the
+engine `with config:` line and the memory lines; rules read it for advice and the report prints it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .reader import Line
+from .stages import coarse
+
+GIB_FIELDS_FROM_MIB = "_mib"
+
+
+@dataclass
+class Context:
+    """Everything the log says about the deployment. None means the log did not say."""
+
+    version: str | None = None
+    engine: str | None = None
+    platform: str | None = None
+    model: str | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    enforce_eager: bool | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    gpu_name: str | None = None
+    gpu_total_gib: float | None = None
+    gpu_free_gib: float | None = None
+    requested_gib: float | None = None
+    weights_gib: float | None = None
+    activation_peak_gib: float | None = None
+    non_torch_gib: float | None = None
+    cuda_graph_gib: float | None = None
+    available_kv_cache_gib: float | None = None
+    num_gpu_blocks: int | None = None
+    num_cpu_blocks: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    engine_ready: bool = False
+    server_started: bool = False
+    stats_lines: int = 0
+    peak_kv_usage_pct: float | None = None
+    max_running_reqs: int | None = None
+    max_waiting_reqs: int | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that the log set (for JSON and templates)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == {} or (f.name in ("engine_ready", "server_started") and not value):
+                continue
+            if f.name == "stats_lines" and not value:
+                continue
+            out[f.name] = value
+        return out
+
+
+#: Settings keys (non-default args, Namespace, engine config) -> Context fields.
+SETTING_ALIASES = {
+    "model": "model",
+    "model_tag": "model",
+    "max_model_len": "max_model_len",
+    "max_seq_len": "max_model_len",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "dtype": "dtype",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
+    "enforce_eager": "enforce_eager",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "block_size": "block_size",
+}
+#: Keys from the engine config line: its values are resolved defaults, not the user's choice.
+ENGINE_ONLY = {"max_seq_len"}
+
+NUMBER = re.compile(r"-?[\d,]*\.?\d+(?:[eE][-+]?\d+)?")
+EXCEPTION = re.compile(
+    r"^(?:[\w.]+\.)?(?P<exc>[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?:: (?P<msg>.*))?$"
+    r"|^\s*Value error, (?P<pyd>.*)$"
+)
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
+TRACEBACK_START = "Traceback (most recent call last)"
+STATS = {
+    "running": re.compile(r"Running: (\d+) reqs"),
+    "waiting": re.compile(r"(?:Waiting|Pending): (\d+) reqs"),
+    "kv_pct": re.compile(r"KV cache usage: ([\d.]+)%"),
+}
+
+
+def to_number(text: str) -> int | float | None:
+    """'1,587,648' -> 1587648; '0.92' -> 0.92; anything else -> None."""
+    text = text.strip().replace(",", "").replace(" ", "")
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, str):
+        v = value.strip().strip("'\"")
+        if v in ("True", "true"):
+            return True
+        if v in ("False", "false"):
+            return False
+        if v in ("None", "none", ""):
+            return None
+        if v.startswith("torch."):
+            v = v[len("torch."):]
+        n = to_number(v) if re.fullmatch(r"-?[\d,.]+", v) else None
+        return n if n is not None else v
+    return value
+
+
+SETTING_PAIR = re.compile(r"(?:^|[\s,{(])'?(?P<key>[a-z_][\w]*)'?\s*[=:]\s*(?P<value>'[^']*'|\"[^\"]*\"|[^,(){}\[\]]+)")
+
+
+def parse_settings(text: str) -> dict[str, Any]:
+    """A dict repr, a Namespace(...) body or a `k=v, k=v` config string -> dict (best effort, never raises)."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = ast.literal_eval(text)
+            if isinstance(value, dict):
+                return {str(k): v for k, v in value.items()}
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            pass
+    out: dict[str, Any] = {}
+    for m in SETTING_PAIR.finditer(text):
+        key = m.group("key")
+        if key not in out:
+            out[key] = _coerce(m.group("value"))
+    return out
+
+
+@dataclass
+class Landmark:
+    """One landmark line kind, from data/landmarks.yaml."""
+
+    keywords: list[str]
+    regex: re.Pattern[str] | None
+    stage: str | None
+    engine: str | None
+    sets: dict[str, Any]
+    stats: bool
+
+
+@lru_cache(maxsize=1)
+def load_landmarks() -> tuple[list[Landmark], dict[str, str]]:
+    """Landmarks and the frame -> fine stage table (package data, read once)."""
+    text = resources.files("diagnoser.data").joinpath("landmarks.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    marks = [
+        Landmark(
+            keywords=list(item["keywords"]),
+            regex=re.compile(item["regex"]) if item.get("regex") else None,
+            stage=item.get("stage"),
+            engine=item.get("engine"),
+            sets=dict(item.get("set") or {}),
+            stats=bool(item.get("stats")),
+        )
+        for item in data["landmarks"]
+    ]
+    frames = {func: stage for stage, funcs in data["frames"].items() for func in funcs}
+    return marks, frames
+
+
+def landmark_keywords() -> list[str]:
+    """Keywords the reader's prefilter must keep for the tracker."""
+    marks, _ = load_landmarks()
+    words = [k for m in marks for k in m.keywords]
+    return [*words, TRACEBACK_START, 'File "', "Error", "Exception", "Value error,"]
+
+
+@dataclass
+class _Proc:
+    in_traceback: bool = False
+    frame_stage: str | None = None
+
+
+class Tracker:
+    """Feeds on lines in order; answers "which stage is this line in" and holds the Context."""
+
+    def __init__(self) -> None:
+        self.context = Context()
+        self.stage: str | None = None  # fine stage from landmarks
+        self._procs: dict[str, _Proc] = {}
+        self._marks, self._frames = load_landmarks()
+        self._lowered = [(m, [k.lower() for k in m.keywords]) for m in self._marks]
+
+    def observe(self, line: Line) -> str | None:
+        """Update stage and context from one line; return the fine stage that applies to it."""
+        text = line.text
+        proc = self._procs.setdefault(line.proc_key, _Proc())
+        stripped = text.lstrip()
+        if stripped.startswith(TRACEBACK_START):
+            proc.in_traceback, proc.frame_stage = True, None
+            return self.stage
+        if proc.in_traceback:
+            m = FRAME.match(text)
+            if m:
+                func = m.group("func").rsplit(".", 1)[-1]
+                stage = self._frames.get(func)
+                if stage:
+                    proc.frame_stage = stage
+                return proc.frame_stage or self.stage
+            if EXCEPTION.match(stripped):
+                proc.in_traceback = False
+                return proc.frame_stage or self.stage
+            return proc.frame_stage or self.stage
+        if line.user_content:
+            return self.stage
+        low = text.lower()
+        for mark, words in self._lowered:
+            if any(w in low for w in words):
+                self._apply(mark, text)
+                if mark.stage:
+                    proc.frame_stage = None
+        return proc.frame_stage or self.stage
+
+    def _apply(self, mark: Landmark, text: str) -> None:
+        ctx = self.context
+        if mark.regex is not None:
+            m = mark.regex.search(text)
+            if not m:
+                return
+            for name, raw in m.groupdict().items():
+                if raw is None:
+                    continue
+                if name == "settings":
+                    self._settings(parse_settings(raw), engine_line=mark.stage == "config")
+                elif name in ("version", "model", "gpu_name", "platform"):
+                    setattr(ctx, name, raw.strip())
+                else:
+                    value = to_number(raw)
+                    if value is not None and hasattr(ctx, name):
+                        setattr(ctx, name, value)
+        if mark.stage and self._advances(mark.stage):
+            self.stage = mark.stage
+        if mark.engine:
+            ctx.engine = mark.engine
+        for key, value in mark.sets.items():
+            setattr(ctx, key, value)
+        if mark.stats:
+            self._stats(text)
+        if ctx.engine is None and ctx.version:
+            ctx.engine = "V1" if _version_tuple(ctx.version) >= (0, 11) else None
+
+    def _advances(self, stage: str) -> bool:
+        """Stages only move forward, except a new start-up (args or engine init) which restarts them."""
+        if coarse(stage) in ("cli", "config"):
+            return True
+        from .stages import order
+
+        return order(stage) >= order(self.stage) or self.stage is None
+
+    def _settings(self, settings: dict[str, Any], engine_line: bool) -> None:
+        ctx = self.context
+        if not engine_line:
+            ctx.args.update({k: v for k, v in settings.items() if k != "model_tag"})
+        for key, value in settings.items():
+            target = SETTING_ALIASES.get(key)
+            if target is None:
+                continue
+            value = _coerce(value) if isinstance(value, str) else value
+            if value is None:
+                continue
+            if engine_line and key in ENGINE_ONLY and getattr(ctx, target) is not None:
+                continue
+            setattr(ctx, target, value)
+
+    def _stats(self, text: str) -> None:
+        ctx = self.context
+        ctx.stats_lines += 1
+        got = {k: r.search(text) for k, r in STATS.items()}
+        if got["kv_pct"]:
+            pct = float(got["kv_pct"].group(1))
+            ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
+        if got["running"]:
+            ctx.max_running_reqs = max(int(got["running"].group(1)), ctx.max_running_reqs or 0)
+        if got["waiting"]:
+            ctx.max_waiting_reqs = max(int(got["waiting"].group(1)), ctx.max_waiting_reqs or 0)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", version)[:3]
+    return tuple(int(p) for p in parts)
+
+
+def is_exception_line(text: str) -> re.Match[str] | None:
+    """`ValueError: ...`, `torch.OutOfMemoryError: ...`, pydantic's `Value error, ...`."""
+    return EXCEPTION.match(text.strip())
