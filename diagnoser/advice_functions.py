@@ -67,3 +67,14 @@ def renamed_flag(flag: str) -> Any:
 def plural(n: float, word: str) -> str:
     """'1 request', '2 requests'."""
     return f"{n:g} {word}" + ("" if n == 1 else "s")
+
+
+def tp_to_fit(weights_gib: float, gpu_gib: float, current_tp: int = 1, headroom: float = 0.85) -> int:
+    """Smallest power-of-two tensor-parallel size above the current one whose weight share fits.
+
+    A rank's weights should take at most `headroom` of its GPU, leaving room for activations and cache.
+    """
+    tp = max(1, int(current_tp or 1)) * 2
+    while tp < 64 and weights_gib / tp > gpu_gib * headroom:
+        tp *= 2
+    return tp

@@ -8,6 +8,9 @@ advice printed for a log and the figures `plan` predicts can never disagree.
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -91,3 +94,548 @@ def budget_gib(total_gib: float, utilization: float) -> float:
 def human_tokens(tokens: float) -> str:
     """35000 -> '35,000' (what operators read fastest)."""
     return f"{int(tokens):,}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model arithmetic for the planner (`vllm-doctor plan`). Everything below is pure arithmetic on numbers from a
+# model's config.json and vLLM's flags; the catalog section D formulas (KV cache) and D5 (available memory)
+# are the source. Nothing here reads files.
+# ---------------------------------------------------------------------------------------------------------
+
+
+#: Tokens per KV block on CUDA (vLLM's default --block-size).
+BLOCK_SIZE = 16
+#: Bytes per element for the dtypes vLLM accepts for --dtype / --kv-cache-dtype.
+DTYPE_BYTES = {
+    "float32": 4, "float": 4, "fp32": 4,
+    "float16": 2, "half": 2, "fp16": 2,
+    "bfloat16": 2, "bf16": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "int8": 1,
+}
+#: Bytes of sampler working memory per (request row x vocabulary entry) in the profiling run: fp32 logits (4),
+#: softmax probabilities (4), log-probabilities (4), sorted values for top-k/top-p (4) and their int64
+#: indices (8), the cumulative sum for top-p (4).
+SAMPLER_BYTES_PER_LOGIT = 28
+#: Non-torch memory (CUDA context growth, cuBLAS/NCCL workspaces) at one GPU, and the extra for the
+#: custom all-reduce and NCCL buffers when several GPUs talk (vLLM's 'non_torch_memory', catalog D5).
+NON_TORCH_SINGLE = 0.10 * GIB
+NON_TORCH_MULTI_GPU = 1.40 * GIB
+#: CUDA-graph pool: a fixed part plus a part per layer (graphs are captured per batch size, and the piecewise
+#: graphs keep per-layer buffers). Observed 'Graph capturing finished ... took' figures are 0.2-0.5 GiB.
+CUDA_GRAPH_BASE = 0.10 * GIB
+CUDA_GRAPH_PER_LAYER = 0.006 * GIB
+#: The release whose defaults the planner assumes when none is given.
+LATEST_VERSION = (0, 33, 0)
+
+
+def version_tuple(version: str | tuple[int, ...] | None) -> tuple[int, int, int]:
+    """'0.7.3' -> (0, 7, 3); 'latest' or None -> LATEST_VERSION."""
+    if version is None or version == "latest":
+        return LATEST_VERSION
+    if isinstance(version, tuple):
+        parts = [int(p) for p in version[:3]]
+    else:
+        parts = [int(p) for p in re.findall(r"\d+", str(version))[:3]]
+    while len(parts) < 3:
+        parts.append(0)
+    return (parts[0], parts[1], parts[2])
+
+
+
+def dtype_bytes(dtype: str | None, default: float = 2) -> float:
+    """Bytes per element of a torch dtype name ('bfloat16', 'torch.float16', 'auto' -> default)."""
+    if not dtype:
+        return default
+    name = str(dtype).lower().replace("torch.", "")
+    return DTYPE_BYTES.get(name, default)
+
+
+def kv_value_bytes(kv_cache_dtype: str | None, model_dtype_bytes: float = 2) -> float:
+    """Bytes per cached K/V element: 1 for the fp8 variants, the model dtype for 'auto'."""
+    if not kv_cache_dtype or kv_cache_dtype == "auto":
+        return model_dtype_bytes
+    name = kv_cache_dtype.lower()
+    if name.startswith("fp8") or name in ("int8", "int8_per_token_head", "fp8_per_token_head"):
+        return 1
+    if name.startswith(("nvfp4", "int4", "turboquant_4bit", "ultraquant_4bit")):
+        return 0.5
+    return DTYPE_BYTES.get(name, model_dtype_bytes)
+
+
+def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
+    """KV heads each tensor-parallel rank holds: split across ranks, replicated when fewer than ranks."""
+    return max(1, int(kv_heads) // max(1, int(tp)))
+
+
+def layers_per_stage(layers: int, pp: int) -> int:
+    """Layers on the largest pipeline stage (vLLM gives the remainder to the last stages)."""
+    return math.ceil(int(layers) / max(1, int(pp)))
+
+
+def mla_kv_bytes_per_token(layers: int, kv_lora_rank: int, qk_rope_head_dim: int, bytes_per_value: float) -> int:
+    """Multi-head latent attention: one latent (kv_lora_rank + qk_rope_head_dim) per layer, no separate V,
+    the same on every TP rank (not sharded)."""
+    return int(layers * (kv_lora_rank + qk_rope_head_dim) * bytes_per_value)
+
+
+def blocks_for(tokens: float, block_size: int = BLOCK_SIZE) -> int:
+    """KV blocks one request of `tokens` tokens occupies."""
+    return math.ceil(max(0, tokens) / block_size)
+
+
+def format_gib(num_bytes: float) -> str:
+    """vLLM's format_gib: bytes / 2^30 rounded to 2 decimals, no zero padding ('16.0', '1.5')."""
+    return f"{round(num_bytes / GIB, 2)}"
+
+
+@dataclass
+class ArchSpec:
+    """The numbers of a model's config.json that the memory arithmetic needs (text model only)."""
+
+    name: str
+    layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int
+    head_dim: int | None = None
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int | None = None
+    torch_dtype: str = "bfloat16"
+    # mixture of experts
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int | None = None
+    shared_expert_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_k_dense_layers: int = 0
+    moe_layer_freq: int = 1
+    # sliding window: `layer_types` gives 'sliding'/'full' per layer; None with a window = every layer
+    sliding_window: int | None = None
+    layer_types: list[str] | None = None
+    # multi-head latent attention (DeepSeek-V2/V3)
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # what the checkpoint ships
+    quantization: str | None = None
+    quant_bits: float | None = None
+    extra_params: int = 0  # parameters outside the text model (a vision tower), loaded with the weights
+    params_b: float | None = None  # published total, for cross-checks only
+
+    @property
+    def head_size(self) -> int:
+        """head_dim when given, else hidden_size / num_attention_heads."""
+        return int(self.head_dim or self.hidden_size // self.num_attention_heads)
+
+    @property
+    def is_mla(self) -> bool:
+        return bool(self.kv_lora_rank)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def kinds(self) -> list[str]:
+        """'full' or 'sliding' for every attention layer."""
+        if self.layer_types:
+            return ["sliding" if "sliding" in t or "local" in t else "full" for t in self.layer_types]
+        if self.sliding_window:
+            return ["sliding"] * self.layers
+        return ["full"] * self.layers
+
+
+def kv_bytes_per_token_layer(arch: ArchSpec, tp: int, kv_bytes: float) -> float:
+    """KV bytes one layer stores per token on one rank (vLLM's page size / block size)."""
+    if arch.is_mla:
+        return (arch.kv_lora_rank + (arch.qk_rope_head_dim or 0)) * kv_bytes
+    return 2 * kv_heads_per_rank(arch.num_key_value_heads, tp) * arch.head_size * kv_bytes
+
+
+def stage_kinds(arch: ArchSpec, pp: int = 1) -> list[str]:
+    """Layer kinds of the largest pipeline stage."""
+    kinds = arch.kinds()
+    n = layers_per_stage(len(kinds), pp)
+    # the first stage: same length as the largest; sliding patterns repeat, so any stage is representative
+    return kinds[:n]
+
+
+def model_kv_bytes_per_token(arch: ArchSpec, tp: int = 1, pp: int = 1, kv_bytes: float = 2) -> int:
+    """KV bytes per token on one rank over all its attention layers (the basis of vLLM's logged token count)."""
+    return int(len(stage_kinds(arch, pp)) * kv_bytes_per_token_layer(arch, tp, kv_bytes))
+
+
+def sliding_tokens_needed(window: int, max_model_len: int, max_num_batched_tokens: int) -> int:
+    """Tokens a sliding-window layer keeps for one request (V1 SlidingWindowSpec, before block rounding)."""
+    return min(window - 1 + max_num_batched_tokens, max_model_len)
+
+
+def request_kv_bytes(arch: ArchSpec, max_model_len: int, tp: int = 1, pp: int = 1, kv_bytes: float = 2,
+                     max_num_batched_tokens: int = 2048, block_size: int = BLOCK_SIZE,
+                     window_aware: bool = True) -> int:
+    """KV memory one request of max_model_len needs on one rank: vLLM's max_memory_usage_bytes summed over
+    layers. Full layers: ceil(len / block) pages; sliding layers: ceil(min(window - 1 + batched, len) /
+    block) + 1 pages (V1); window_aware=False counts every layer as full."""
+    page = block_size * kv_bytes_per_token_layer(arch, tp, kv_bytes)
+    total = 0.0
+    for kind in stage_kinds(arch, pp):
+        if kind == "sliding" and window_aware and arch.sliding_window:
+            need = sliding_tokens_needed(arch.sliding_window, max_model_len, max_num_batched_tokens)
+            pages = blocks_for(need, block_size) + 1
+        else:
+            pages = blocks_for(max_model_len, block_size)
+        total += pages * page
+    return int(total)
+
+
+def kv_cache_tokens(kv_cache_bytes: float, bytes_per_token: float, block_size: int = BLOCK_SIZE) -> int:
+    """Tokens vLLM reports for a KV pool: whole blocks over all layers, times the block size."""
+    if kv_cache_bytes <= 0 or bytes_per_token <= 0:
+        return 0
+    return int(kv_cache_bytes // (bytes_per_token * block_size)) * block_size
+
+
+def max_model_len_for(arch: ArchSpec, kv_cache_bytes: float, limit: int, **kw: Any) -> int:
+    """Largest max_model_len (any integer up to `limit`) whose one request fits: vLLM's binary search."""
+    if kv_cache_bytes <= 0:
+        return 0
+    lo, hi = 0, int(limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if request_kv_bytes(arch, mid, **kw) <= kv_cache_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# --- parameters and weights -------------------------------------------------------------------------------
+
+def param_breakdown(arch: ArchSpec) -> dict[str, int]:
+    """Parameter count by part: embeddings, lm_head, attention, dense MLP, experts, router, norms."""
+    h, L = arch.hidden_size, arch.layers
+    embed = arch.vocab_size * h
+    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * h
+    if arch.is_mla:
+        heads = arch.num_attention_heads
+        qk = (arch.qk_nope_head_dim or 0) + (arch.qk_rope_head_dim or 0)
+        q = (h * arch.q_lora_rank + arch.q_lora_rank * heads * qk) if arch.q_lora_rank else h * heads * qk
+        kv_a = h * (arch.kv_lora_rank + (arch.qk_rope_head_dim or 0))
+        kv_b = arch.kv_lora_rank * heads * ((arch.qk_nope_head_dim or 0) + (arch.v_head_dim or 0))
+        o = heads * (arch.v_head_dim or 0) * h
+        attn_layer = q + kv_a + kv_b + o
+    else:
+        d = arch.head_size
+        attn_layer = h * arch.num_attention_heads * d * 2 + h * arch.num_key_value_heads * d * 2
+    dense_layer = 3 * h * arch.intermediate_size
+    if arch.is_moe:
+        moe_i = arch.moe_intermediate_size or arch.intermediate_size
+        n_moe = sum(1 for i in range(arch.first_k_dense_layers, L) if (i + 1) % max(1, arch.moe_layer_freq) == 0)
+        n_dense = L - n_moe
+        experts = n_moe * arch.num_experts * 3 * h * moe_i
+        shared = n_moe * 3 * h * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i)
+        router = n_moe * h * arch.num_experts
+    else:
+        n_dense, experts, shared, router = L, 0, 0, 0
+    return {
+        "embeddings": embed,
+        "lm_head": lm_head,
+        "attention": L * attn_layer,
+        "mlp": n_dense * dense_layer + shared,
+        "experts": experts,
+        "router": router,
+        "norms": L * 2 * h + h,
+        "other": arch.extra_params,
+    }
+
+
+def param_count(arch: ArchSpec) -> int:
+    """Total parameters the checkpoint loads (text model plus any vision tower)."""
+    return sum(param_breakdown(arch).values())
+
+
+#: Quantization method -> (bytes per quantized weight, which parts it quantizes). Group-quantized 4-bit
+#: formats carry an fp16 scale and a 4-bit zero point per 128 weights: 0.5 + (2 + 0.5) / 128 bytes.
+QUANT_FORMATS: dict[str, tuple[float, str]] = {
+    "int4": (0.5 + 2.5 / 128, "linear"),
+    "int8": (1.0 + 4 / 4096, "linear"),
+    "fp8": (1.0 + 4 / 16384, "linear"),
+    "mxfp4": (0.5 + 1 / 32, "experts"),
+    "nvfp4": (0.5 + 1 / 16, "linear"),
+    "nf4": (0.5 + 4 / 64, "linear"),
+    "gguf": (4.85 / 8, "linear"),
+}
+#: --quantization names (and checkpoint quant_method values) -> format.
+QUANT_ALIASES = {
+    "awq": "int4", "awq_marlin": "int4", "gptq": "int4", "gptq_marlin": "int4", "marlin": "int4",
+    "gptq_marlin_24": "int4", "hqq": "int4", "quark": "fp8", "moe_wna16": "int4",
+    "fp8": "fp8", "fbgemm_fp8": "fp8", "ptpc_fp8": "fp8", "modelopt": "fp8", "fp8_e4m3": "fp8",
+    "experts_int8": "int8", "int8": "int8", "w8a8": "int8", "smoothquant": "int8",
+    "mxfp4": "mxfp4", "modelopt_fp4": "nvfp4", "nvfp4": "nvfp4",
+    "bitsandbytes": "nf4", "gguf": "gguf",
+}
+
+
+def quant_format(quantization: str | None, bits: float | None = None) -> str | None:
+    """The storage format of a --quantization value; compressed-tensors and GPTQ follow `bits`."""
+    if not quantization:
+        return None
+    q = quantization.lower().replace("-", "_")
+    if q in ("compressed_tensors", "gptq", "gptq_marlin", "auto_round", "awq", "awq_marlin") and bits:
+        return "int4" if bits <= 4 else ("fp8" if q == "compressed_tensors" and bits == 8 else "int8")
+    if q == "compressed_tensors":
+        return "int8"
+    return QUANT_ALIASES.get(q, "int4" if "4" in q else None)
+
+
+def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | None = None,
+                 bits: float | None = None, tp: int = 1, pp: int = 1) -> int:
+    """Weight memory on one GPU: parameters x bytes for the dtype or quantization, split by TP and PP.
+
+    Quantized formats store the linear layers (or only the experts, for MXFP4) packed; embeddings, the
+    untied lm_head, routers and norms stay in the model dtype.
+    """
+    parts = param_breakdown(arch)
+    fmt = quant_format(quantization, bits)
+    total = 0.0
+    for part, n in parts.items():
+        b = dtype_bytes_
+        if fmt:
+            per, scope = QUANT_FORMATS[fmt]
+            if part == "experts" or (scope == "linear" and part in ("attention", "mlp", "other")):
+                b = per if part != "other" else dtype_bytes_
+        total += n * b
+    return int(total / max(1, tp) / max(1, pp))
+
+
+# --- activations, non-torch memory, CUDA graphs -------------------------------------------------------------
+
+def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
+                     act_bytes: float = 2) -> int:
+    """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
+    tokens (MLP gate/up output and activation, 3 x intermediate per rank, plus four hidden-size buffers) and
+    the sampler over max_num_seqs rows of the vocabulary (SAMPLER_BYTES_PER_LOGIT each)."""
+    h = arch.hidden_size
+    if arch.is_moe:
+        moe_i = arch.moe_intermediate_size or arch.intermediate_size
+        per_token = arch.experts_per_token * (3 * moe_i / tp + h) + 4 * h
+        if arch.shared_expert_intermediate_size or arch.num_shared_experts:
+            per_token += 3 * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i) / tp
+    else:
+        per_token = 3 * arch.intermediate_size / tp + 4 * h
+    forward = max_num_batched_tokens * per_token * act_bytes
+    sampler = max_num_seqs * arch.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    return int(max(forward, sampler))
+
+
+def non_torch_bytes(tp: int = 1, pp: int = 1) -> int:
+    """Memory outside PyTorch's allocator that grows during start-up."""
+    return int(NON_TORCH_SINGLE + (NON_TORCH_MULTI_GPU if tp * pp > 1 else 0))
+
+
+def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False) -> int:
+    """CUDA-graph pool estimate; none with --enforce-eager."""
+    if enforce_eager:
+        return 0
+    return int(CUDA_GRAPH_BASE + CUDA_GRAPH_PER_LAYER * layers_per_stage(arch.layers, pp))
+
+
+def graphs_budgeted(version: tuple[int, int, int]) -> bool:
+    """From 0.20.0 vLLM subtracts its CUDA-graph estimate from the KV budget (D5); before, graphs are
+    captured after the KV cache is allocated, from memory outside the budget."""
+    return version >= (0, 20, 0)
+
+
+# --- release defaults (catalog C) --------------------------------------------------------------------------
+
+def engine_for(version: tuple[int, int, int]) -> str:
+    """V0 was the default through 0.7.3, V1 from 0.8.0."""
+    return "V0" if version < (0, 8, 0) else "V1"
+
+
+def default_gpu_memory_utilization(version: tuple[int, int, int]) -> float:
+    """0.9 through 0.19.x, 0.92 from 0.20.0."""
+    return 0.92 if version >= (0, 20, 0) else 0.9
+
+
+def _large_tier(version: tuple[int, int, int], gpu_gib: float, gpu_name: str) -> bool:
+    name = (gpu_name or "").lower()
+    if version < (0, 8, 5):
+        return "h100" in name or "h200" in name
+    if version < (0, 9, 0):
+        return gpu_gib >= 70
+    return gpu_gib >= 70 and "a100" not in name
+
+
+def default_max_num_seqs(version: tuple[int, int, int], gpu_gib: float, gpu_name: str = "") -> int:
+    """256 for V0; V1: 1024 on large GPUs (>= 70 GiB, not A100, from 0.9.0), else 256."""
+    if engine_for(version) == "V0":
+        return 256
+    if version < (0, 8, 5):
+        return 1024
+    return 1024 if _large_tier(version, gpu_gib, gpu_name) or gpu_gib >= 160 else 256
+
+
+def default_max_num_batched_tokens(version: tuple[int, int, int], max_model_len: int, gpu_gib: float,
+                                   gpu_name: str = "") -> int:
+    """The API server's default (catalog C). V0: max(max_model_len, 2048) unless chunked prefill is on
+    (automatic above 32K tokens: 512 before 0.7.0, 2048 from 0.7.0). V1: 2048, or 8192 on large GPUs,
+    16384 on >= 160 GiB from 0.31.0."""
+    if engine_for(version) == "V0":
+        if max_model_len > 32768:
+            return 2048 if version >= (0, 7, 0) else 512
+        return max(max_model_len, 2048)
+    if version < (0, 8, 0):
+        return 2048
+    if version >= (0, 31, 0) and gpu_gib >= 160:
+        return 16384
+    return 8192 if _large_tier(version, gpu_gib, gpu_name) else 2048
+
+
+# --- the whole plan ------------------------------------------------------------------------------------------
+
+@dataclass
+class PlanInput:
+    """One configuration to size (vLLM's flag names, resolved)."""
+
+    arch: ArchSpec
+    gpu_bytes: float
+    gpu_name: str = ""
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    quantization: str | None = None
+    quant_bits: float | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+    weights: float | None = None      # bytes; replaces the estimate
+    overhead: float | None = None     # bytes; replaces activations + graphs + non-torch
+    kv_cache_bytes: float | None = None  # measured available KV memory; replaces budget - weights - overhead
+    version: tuple[int, int, int] = LATEST_VERSION
+    block_size: int = BLOCK_SIZE
+
+
+@dataclass
+class PlanResult:
+    """Every figure the planner prints, in bytes unless named otherwise."""
+
+    inp: PlanInput
+    max_model_len: int
+    gpu_memory_utilization: float
+    model_dtype_bytes: float
+    kv_value_bytes: float
+    kv_bytes_per_token: int
+    budget_bytes: float
+    weights_bytes: float
+    overhead_bytes: float
+    activation_bytes: float
+    non_torch_bytes: float
+    cuda_graph_bytes: float
+    graphs_in_budget: bool
+    kv_cache_bytes: float
+    kv_cache_tokens: int
+    request_kv_bytes: int
+    max_concurrency: float
+    fits: bool
+    max_model_len_that_fits: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    quant_format: str | None
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def resolve_dtype_bytes(arch: ArchSpec, dtype: str | None) -> float:
+    """--dtype auto keeps a 16-bit checkpoint's dtype and loads fp32 checkpoints as 16-bit."""
+    if not dtype or dtype == "auto":
+        b = dtype_bytes(arch.torch_dtype)
+        return 2 if b > 2 else b if b >= 2 else 2
+    return dtype_bytes(dtype)
+
+
+def plan_memory(inp: PlanInput) -> PlanResult:
+    """Size one configuration: budget, weights, overhead, KV room, tokens, per-request need, concurrency."""
+    arch, v = inp.arch, inp.version
+    tp, pp = max(1, inp.tensor_parallel_size), max(1, inp.pipeline_parallel_size)
+    util = inp.gpu_memory_utilization if inp.gpu_memory_utilization is not None \
+        else default_gpu_memory_utilization(v)
+    max_len = int(inp.max_model_len or arch.max_position_embeddings or 4096)
+    gpu_gib = inp.gpu_bytes / GIB
+    seqs = inp.max_num_seqs or default_max_num_seqs(v, gpu_gib, inp.gpu_name)
+    batched = inp.max_num_batched_tokens or default_max_num_batched_tokens(v, max_len, gpu_gib, inp.gpu_name)
+    mdb = resolve_dtype_bytes(arch, inp.dtype)
+    kvb = kv_value_bytes(inp.kv_cache_dtype, mdb)
+    quant = inp.quantization if inp.quantization is not None else arch.quantization
+    bits = inp.quant_bits if inp.quant_bits is not None else (arch.quant_bits if quant == arch.quantization
+                                                               else None)
+    sources: dict[str, str] = {}
+    budget = inp.gpu_bytes * util
+    if inp.weights is not None:
+        weights = float(inp.weights)
+        sources["weights"] = "given"
+    else:
+        weights = float(weight_bytes(arch, mdb, quant, bits, tp, pp))
+        sources["weights"] = "estimated"
+    act = float(activation_bytes(arch, batched, seqs, tp, mdb))
+    ntm = float(non_torch_bytes(tp, pp))
+    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
+    in_budget = graphs_budgeted(v)
+    if inp.overhead is not None:
+        overhead = float(inp.overhead)
+        sources["overhead"] = "given"
+    else:
+        overhead = act + ntm + (graphs if in_budget else 0.0)
+        sources["overhead"] = "estimated"
+    if inp.kv_cache_bytes is not None:
+        kv_room = float(inp.kv_cache_bytes)
+        sources["kv_cache"] = "measured"
+    else:
+        kv_room = budget - weights - overhead
+        sources["kv_cache"] = "computed"
+    per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
+    # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
+    # patterns as full attention
+    window_aware = (engine_for(v) == "V1" and v >= (0, 8, 3)) or not arch.layer_types
+    kw = {"tp": tp, "pp": pp, "kv_bytes": kvb, "max_num_batched_tokens": batched,
+          "block_size": inp.block_size, "window_aware": window_aware}
+    need = request_kv_bytes(arch, max_len, **kw)
+    tokens = kv_cache_tokens(kv_room, per_token, inp.block_size)
+    conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
+    fits = kv_room > 0 and need <= kv_room
+    fit_len = max_model_len_for(arch, kv_room, max(max_len, 1), **kw)
+    return PlanResult(
+        inp=inp, max_model_len=max_len, gpu_memory_utilization=util, model_dtype_bytes=mdb,
+        kv_value_bytes=kvb, kv_bytes_per_token=per_token, budget_bytes=budget, weights_bytes=weights,
+        overhead_bytes=overhead, activation_bytes=act, non_torch_bytes=ntm, cuda_graph_bytes=graphs,
+        graphs_in_budget=in_budget, kv_cache_bytes=kv_room, kv_cache_tokens=tokens, request_kv_bytes=need,
+        max_concurrency=conc, fits=fits, max_model_len_that_fits=round_down(fit_len) if fit_len >= LEN_STEP
+        else fit_len, max_num_seqs=seqs, max_num_batched_tokens=batched,
+        quant_format=quant_format(quant, bits), sources=sources,
+    )
+
+
+def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
+    """A copy of a plan input with some fields replaced (for what-if rows)."""
+    from dataclasses import replace
+
+    return replace(inp, **changes)
+
+
+def lower_utilization(current: float | None, free_gib: float, total_gib: float | None,
+                      floor: float = 0.5) -> float:
+    """Utilization that leaves `free_gib` more outside vLLM's budget (for warmup, graphs, other tenants).
+
+    Without the GPU total, step down by 0.05, the smallest change that usually clears a warmup OOM.
+    """
+    now = current if current else 0.9
+    if total_gib and total_gib > 0:
+        wanted = now - free_gib / total_gib
+    else:
+        wanted = now - 0.05
+    return max(floor, math.floor(wanted * 100) / 100)

@@ -1,0 +1,109 @@
+"""Reading: bytes -> clean lines, whatever the input looks like, in constant memory."""
+
+from __future__ import annotations
+
+import io
+
+from diagnoser.reader import Prefilter, ReadStats, parse_line, read_lines, split_flattened
+
+
+def lines_of(data: bytes, keywords=None):
+    st = ReadStats()
+    out = list(read_lines(io.BytesIO(data), Prefilter(keywords) if keywords else None, stats=st))
+    return out, st
+
+
+def test_vllm_header_and_process_prefix_are_stripped_and_recorded():
+    raw = ("\x1b[1;36m(VllmWorker rank=3 pid=4242)\x1b[0;0m ERROR 05-10 16:00:15 "
+           "[multiproc_executor.py:470] RuntimeError: boom")
+    line = lines_of(raw.encode() + b"\n")[0][0]
+    assert line.text == "RuntimeError: boom"
+    assert (line.process, line.pid, line.rank) == ("VllmWorker rank=3", 4242, 3)
+    assert (line.level, line.timestamp, line.source) == ("ERROR", "05-10 16:00:15", "multiproc_executor.py:470")
+
+
+def test_old_header_without_bracket():
+    line = parse_line(1, "INFO 04-27 10:11:03 llm_engine.py:70] Initializing an LLM engine with config: model='x'")
+    assert line.text.startswith("Initializing an LLM engine") and line.source == "llm_engine.py:70"
+
+
+def test_formatter_level_process_tag_031():
+    line = parse_line(1, "(EngineCore pid=77) WARNING 03-06 01:34:23 [core.py:12] careful")
+    assert (line.process, line.pid, line.level, line.text) == ("EngineCore", 77, "WARNING", "careful")
+
+
+def test_docker_k8s_ci_and_quote_prefixes():
+    assert parse_line(1, "vllm-1  | INFO 07-21 04:58:58 [api.py:1] up").text == "up"
+    assert parse_line(1, "2025-03-02T10:11:12.123456789Z stdout F [rank0]: RuntimeError: x").text == "RuntimeError: x"
+    assert parse_line(1, "2025-03-02T10:11:12.123Z [rank1]: boom").rank == 1
+    assert parse_line(1, "> > INFO 04-27 10:11:03 [a.py:1] quoted").text == "quoted"
+    assert parse_line(1, "2024-04-27 10:13:05 | ERROR | stderr | Traceback (most recent call last):").text.startswith(
+        "Traceback")
+    assert parse_line(1, "(RayWorkerWrapper pid=812, ip=10.0.0.2) INFO 01-01 00:00:00 [w.py:1] hi").text == "hi"
+
+
+def test_caret_ansi_and_lost_escape_are_stripped():
+    line = lines_of(b"^[[31mERROR^[[0m fine\n")[0][0]
+    assert line.text == "ERROR fine"
+    assert lines_of(b"[1;36m(APIServer pid=9)[0;0m INFO 01-01 00:00:00 [a.py:1] ok\n")[0][0].text == "ok"
+
+
+def test_crlf_and_tqdm_frames_keep_line_numbers():
+    data = b"first\r\nLoading: 10%\rLoading: 50%\rLoading: 100%\r\nthird\n"
+    out, st = lines_of(data)
+    assert [(ln.number, ln.text) for ln in out] == [
+        (1, "first"), (2, "Loading: 10%"), (2, "Loading: 50%"), (2, "Loading: 100%"), (3, "third")]
+    assert st.lines == 3
+
+
+def test_invalid_utf8_and_binary_never_crash():
+    out, st = lines_of(b"\xff\xfe\x00\x01 ValueError: bad \xc3\x28 bytes\n\x00\x00\x00")
+    assert any("ValueError: bad" in ln.text for ln in out)
+    assert all("\x00" not in ln.text for ln in out)
+    assert st.lines == 2
+
+
+def test_empty_input():
+    out, st = lines_of(b"")
+    assert out == [] and st.lines == 0
+
+
+def test_truncated_last_line_is_read():
+    out, _ = lines_of(b"a\nValueError: cut off mid-li")
+    assert out[-1].text == "ValueError: cut off mid-li" and out[-1].number == 2
+
+
+def test_prefilter_keeps_keyword_lines_and_followers_only():
+    body = b"".join(b"noise %d\n" % i for i in range(50))
+    data = body + b"ValueError: KV cache is needed\nwrapped tail\nmore\nmore2\nlast\n" + body
+    out, st = lines_of(data, ["kv cache is needed"])
+    texts = [ln.text for ln in out]
+    assert texts[0] == "ValueError: KV cache is needed" and out[0].number == 51
+    assert texts[1:4] == ["wrapped tail", "more", "more2"] and all(ln.follow for ln in out[1:4])
+    assert "last" not in texts and st.lines == 105
+
+
+def test_huge_single_line_is_read_in_pieces(monkeypatch):
+    import diagnoser.reader as reader
+
+    monkeypatch.setattr(reader, "MAX_LINE", 1 << 16)
+    monkeypatch.setattr(reader, "BLOCK", 1 << 14)
+    data = b"x" * (1 << 18) + b" ValueError: tail\n"
+    out, st = lines_of(data, ["valueerror"])
+    assert any("ValueError: tail" in ln.text for ln in out)
+    assert st.lines == 1
+    assert max(len(ln.text) for ln in out) <= (1 << 17)
+
+
+def test_flattened_log_is_split_at_prefixes():
+    flat = ('(APIServer pid=2960)   File "/x.py", line 3, in f(APIServer pid=2960)     g()'
+            "(APIServer pid=3041) INFO 03-06 01:34:23 [utils.py:287] hello INFO 03-06 01:34:24 [a.py:2] again")
+    assert split_flattened(flat) == [
+        '(APIServer pid=2960)   File "/x.py", line 3, in f', "(APIServer pid=2960)     g()",
+        "(APIServer pid=3041) INFO 03-06 01:34:23 [utils.py:287] hello", "INFO 03-06 01:34:24 [a.py:2] again"]
+
+
+def test_request_log_lines_are_marked_user_content():
+    line = parse_line(1, "INFO 01-01 00:00:00 [logger.py:43] Received request chatcmpl-1: prompt: "
+                         "'why do I get CUDA out of memory?', params: SamplingParams(n=1)")
+    assert line.user_content

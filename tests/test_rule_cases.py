@@ -1,0 +1,26 @@
+"""Every shipped rule runs its own inline cases: catalog wordings must match with their facts, near-misses not."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnoser.rules import builtin_rules
+from diagnoser.selftest import run_cases
+
+RULES = builtin_rules()
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_cases(rule):
+    assert run_cases(rule, RULES) == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_has_positive_and_near_miss_cases(rule):
+    assert rule.cases["match"], rule.id
+    assert rule.cases["near_miss"], rule.id
+
+
+def test_seed_ids_are_present():
+    ids = {r.id for r in RULES}
+    assert {"weights-oom", "no-cache-blocks", "kv-cache-too-small", "warmup-oom", "preemption"} <= ids

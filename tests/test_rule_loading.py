@@ -1,0 +1,77 @@
+"""A bad rule file is refused at load time with the file and the key named."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from diagnoser.rules import RuleError, load_rule_file, load_rules
+
+GOOD = """\
+id: demo-rule
+title: Demo
+severity: error
+stage: startup
+match:
+  - phrase: "the demo engine exploded loudly"
+extract:
+  - 'exploded with (?P<count>\\d+) sparks'
+facts:
+  count: int
+advice: "{% if count is defined %}{{ count }} sparks{% endif %}"
+explanation: Demo.
+cases:
+  match:
+    - text: "the demo engine exploded loudly with 3 sparks"
+  near_miss:
+    - "the demo engine is fine"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "demo-rule.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_good_rule_loads(tmp_path):
+    rule = load_rule_file(write(tmp_path, GOOD))
+    assert rule.id == "demo-rule" and rule.facts == {"count": "int"}
+
+
+@pytest.mark.parametrize("mutate, key", [
+    (lambda s: s.replace("severity: error", "severity: fatal"), "severity"),
+    (lambda s: s + "colour: red\n", "colour"),
+    (lambda s: s.replace("(?P<count>\\d+)", "(?P<count>\\d+"), "extract[0]"),
+    (lambda s: s.replace("{{ count }}", "{{ sparkles }}"), "advice"),
+    (lambda s: s.split("cases:")[0], "cases"),
+    (lambda s: s.replace("id: demo-rule", "id: Demo_Rule"), "id"),
+    (lambda s: s.replace("stage: startup", "stage: launch"), "stage"),
+    (lambda s: s.replace("  near_miss:\n    - \"the demo engine is fine\"\n", ""), "cases.near_miss"),
+])
+def test_bad_rule_names_file_and_key(tmp_path, mutate, key):
+    path = write(tmp_path, mutate(GOOD))
+    with pytest.raises(RuleError) as err:
+        load_rule_file(path)
+    assert err.value.key.startswith(key)
+    assert str(path) in str(err.value)
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    path = write(tmp_path, "id: demo-rule\ntitle: [unclosed\n")
+    with pytest.raises(RuleError) as err:
+        load_rule_file(path)
+    assert "invalid YAML" in str(err.value) and str(path) in str(err.value)
+
+
+def test_extra_rule_joins_builtin(tmp_path):
+    rules = load_rules((write(tmp_path, GOOD),))
+    assert "demo-rule" in {r.id for r in rules} and "kv-cache-too-small" in {r.id for r in rules}
+
+
+def test_duplicate_id_is_refused(tmp_path):
+    dup = GOOD.replace("demo-rule", "kv-cache-too-small")
+    with pytest.raises(RuleError, match="already defined"):
+        load_rules((write(tmp_path, dup, "kv-cache-too-small.yaml"),))
