@@ -142,7 +142,7 @@ def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
         elif value in ("false", "False", "remove"):
             settings.pop(key, None)
         else:
-            settings[key] = value
+            settings[key] = _number_or_text(value)
     model = ctx.model or "MODEL"
     parts = [*env, "vllm", "serve", shlex.quote(str(model))]
     py_args = [f"model={str(model)!r}"]
@@ -160,6 +160,19 @@ def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
         parts.extend([flag, shlex.quote(str(text))])
         py_args.append(f"{key}={value!r}")
     return " ".join(parts), f"LLM({', '.join(py_args)})"
+
+
+def _number_or_text(value: Any) -> Any:
+    """Fix values are rendered text; '36864' should read as a number in the Python spelling."""
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                return value
+    return value
 
 
 def _plain(value: Any) -> str:

@@ -179,6 +179,7 @@ class Matcher:
             processed: str | None = None
             stage = coarse(fine)
             ctx = self._ctx_source.as_dict() if self._ctx_source is not None else {}
+            found: dict[str, Hit] = {}  # one hit per rule per line: the most specific pattern wins
             for rule, pattern, kws in candidates:
                 if pattern.stages is not None and stage not in pattern.stages:
                     continue
@@ -202,9 +203,12 @@ class Matcher:
                     continue
                 if rule.when and not self.ev.truth(rule.when, scope):
                     continue
-                self.hits.append(Hit(rule=rule, pattern=pattern, line=line, end_line=window[-1].number,
-                                     stage=stage, fine_stage=fine, facts=facts, evidence=window,
-                                     score=float(score)))
+                hit = Hit(rule=rule, pattern=pattern, line=line, end_line=window[-1].number, stage=stage,
+                          fine_stage=fine, facts=facts, evidence=window, score=float(score))
+                best = found.get(rule.id)
+                if best is None or (best.pattern.generic, -len(best.facts)) > (pattern.generic, -len(facts)):
+                    found[rule.id] = hit
+            self.hits.extend(found.values())
         finally:
             self._pending.popleft()
 
