@@ -107,14 +107,35 @@ def _diagnose_options(func: Any) -> Any:
                      help="The launch config that set the flags (SARIF locations point at it)."),
         click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
                      help="Write the report to this file instead of stdout."),
+        click.option("--live", is_flag=True,
+                     help="Announce each problem on stderr the moment it appears (for a running server)."),
     ]
     for opt in reversed(options):
         func = opt(func)
     return func
 
 
+def _announcer() -> Any:
+    """Live mode: one stderr line per new problem (once per rule), before the full report at the end."""
+    told: set[str] = set()
+
+    def announce(hit: Any) -> None:
+        if hit.rule.severity == "info" or hit.rule.id in told:
+            return
+        told.add(hit.rule.id)
+        _say(hit)
+
+    return announce
+
+
+def _say(hit: Any) -> None:
+    click.echo(f"vllm-doctor: line {hit.line.number}: {hit.rule.severity} [{hit.rule.id}] {hit.rule.title}"
+               f" (stage: {hit.rule.stage or hit.stage or 'unknown'})", err=True)
+
+
 def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rule_paths: tuple[str, ...],
-                  no_redact: bool, color: bool | None, config_file: str | None, output: str | None) -> int:
+                  no_redact: bool, color: bool | None, config_file: str | None, output: str | None,
+                  live: bool = False) -> int:
     """Shared by `diagnose` and `check`: returns the exit code."""
     try:
         rules = load_rules(tuple(Path(p) for p in rule_paths)) if rule_paths else builtin_rules()
@@ -125,7 +146,7 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     reports = []
     for name, stream in _open_inputs(files):
         try:
-            reports.append(diagnose(stream, name, rules, redact=not no_redact))
+            reports.append(diagnose(stream, name, rules, redact=not no_redact, on_hit=_announcer() if live else None))
         finally:
             if name != "-":
                 stream.close()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from .advise import Advisor, Finding
-from .matcher import Matcher
+from .matcher import Hit, Matcher
 from .reader import Prefilter, ReadStats, read_lines
 from .redact import Redactor
 from .rules import Rule, builtin_rules
@@ -38,16 +39,27 @@ def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
 
 
 def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, ...] | None = None,
-             redact: bool = True) -> Report:
-    """Diagnose one binary stream in constant memory."""
+             redact: bool = True, on_hit: Callable[[Hit], None] | None = None) -> Report:
+    """Diagnose one binary stream in constant memory.
+
+    `on_hit` sees every hit as soon as it is matched (live mode: a server still running).
+    """
     rules = builtin_rules() if rules is None else rules
     redactor = Redactor() if redact else None
     stats = ReadStats()
     tracker = Tracker()
     matcher = Matcher(rules, tracker.context)
+    seen = 0
     for line in read_lines(stream, prefilter_for(rules), redactor, stats):
         matcher.feed(line, tracker.observe(line))
+        if on_hit is not None and len(matcher.hits) > seen:
+            for hit in matcher.hits[seen:]:
+                on_hit(hit)
+            seen = len(matcher.hits)
     hits = matcher.finish()
+    if on_hit is not None:
+        for hit in hits[seen:]:
+            on_hit(hit)
     findings = Advisor().findings(hits, tracker.context)
     return Report(path=path, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
                   findings=findings, redactions=dict(redactor.counts) if redactor else {})

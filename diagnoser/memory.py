@@ -518,6 +518,8 @@ class PlanInput:
     weights: float | None = None      # bytes; replaces the estimate
     overhead: float | None = None     # bytes; replaces activations + graphs + non-torch
     kv_cache_bytes: float | None = None  # measured available KV memory; replaces budget - weights - overhead
+    kv_cache_fixed: bool = False      # kv_cache_bytes comes from --kv-cache-memory-bytes (utilization ignored)
+    cpu_offload_bytes: float = 0.0    # --cpu-offload-gb: weights kept in CPU memory
     version: tuple[int, int, int] = LATEST_VERSION
     block_size: int = BLOCK_SIZE
 
@@ -582,6 +584,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     else:
         weights = float(weight_bytes(arch, mdb, quant, bits, tp, pp))
         sources["weights"] = "estimated"
+    weights = max(0.0, weights - inp.cpu_offload_bytes)
     act = float(activation_bytes(arch, batched, seqs, tp, mdb))
     ntm = float(non_torch_bytes(tp, pp))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
@@ -608,7 +611,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     tokens = kv_cache_tokens(kv_room, per_token, inp.block_size)
     conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
     fits = kv_room > 0 and need <= kv_room
-    fit_len = max_model_len_for(arch, kv_room, max(max_len, 1), **kw)
+    fit_len = max_model_len_for(arch, kv_room, max(max_len, arch.max_position_embeddings or 0, 1), **kw)
     return PlanResult(
         inp=inp, max_model_len=max_len, gpu_memory_utilization=util, model_dtype_bytes=mdb,
         kv_value_bytes=kvb, kv_bytes_per_token=per_token, budget_bytes=budget, weights_bytes=weights,
@@ -634,8 +637,82 @@ def lower_utilization(current: float | None, free_gib: float, total_gib: float |
     Without the GPU total, step down by 0.05, the smallest change that usually clears a warmup OOM.
     """
     now = current if current else 0.9
-    if total_gib and total_gib > 0:
-        wanted = now - free_gib / total_gib
-    else:
-        wanted = now - 0.05
+    wanted = now - free_gib / total_gib if total_gib and total_gib > 0 else now - 0.05
     return max(floor, math.floor(wanted * 100) / 100)
+
+
+def _estimate(inp: PlanInput) -> PlanResult:
+    """The plan with every figure estimated (no given or measured numbers)."""
+    return plan_memory(with_changes(inp, weights=None, overhead=None, kv_cache_bytes=None, kv_cache_fixed=False))
+
+
+def vary(inp: PlanInput, **changes: Any) -> PlanResult:
+    """Re-plan with some flags changed, keeping given or measured figures: a given weight size scales with the
+    estimate's ratio, a given overhead and a measured KV size move by the estimate's difference, and a KV
+    size fixed by --kv-cache-memory-bytes stays."""
+    base, var = _estimate(inp), with_changes(inp, **changes)
+    est = _estimate(var)
+    weights = overhead = kv = None
+    if inp.weights is not None:
+        weights = inp.weights * (est.weights_bytes / base.weights_bytes if base.weights_bytes else 1.0)
+    if inp.overhead is not None:
+        overhead = inp.overhead + (est.overhead_bytes - base.overhead_bytes)
+    if inp.kv_cache_bytes is not None:
+        kv = inp.kv_cache_bytes if inp.kv_cache_fixed else \
+            inp.kv_cache_bytes + (est.kv_cache_bytes - base.kv_cache_bytes)
+    return plan_memory(with_changes(var, weights=weights, overhead=overhead, kv_cache_bytes=kv))
+
+
+def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
+    """The planner's what-if rows: fp8 KV cache, 4-bit weights, TP=2/4, utilization +0.03."""
+    rows: list[tuple[str, dict[str, Any], dict[str, str | None]]] = [("as planned", {}, {})]
+    if res.kv_value_bytes > 1:
+        rows.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, {"--kv-cache-dtype": "fp8"}))
+    if res.quant_format not in ("int4", "mxfp4", "nvfp4", "nf4", "gguf"):
+        rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4},
+                     {"--quantization": "awq"}))
+    for tp in (2, 4):
+        if inp.tensor_parallel_size < tp:
+            rows.append((f"TP={tp} ({tp} GPUs)", {"tensor_parallel_size": tp}, {"--tensor-parallel-size": str(tp)}))
+    util = res.gpu_memory_utilization + 0.03
+    if util <= 1.0 and not inp.kv_cache_fixed:
+        util = round(util, 2)
+        rows.append((f"--gpu-memory-utilization {util:g}", {"gpu_memory_utilization": util},
+                     {"--gpu-memory-utilization": f"{util:g}"}))
+    out = []
+    for label, changes, flags in rows:
+        r = vary(inp, **changes) if changes else res
+        ok = r.fits and inp.arch.num_attention_heads % r.inp.tensor_parallel_size == 0
+        out.append({
+            "label": label, "flags": flags, "kv_cache_bytes": int(r.kv_cache_bytes),
+            "kv_cache_tokens": r.kv_cache_tokens, "max_concurrency": round(r.max_concurrency, 4), "fits": ok,
+            "weights_bytes": int(r.weights_bytes), "max_model_len_that_fits": r.max_model_len_that_fits,
+        })
+    return out
+
+
+def len_for_concurrency(res: PlanResult, want: float) -> int:
+    """Largest --max-model-len (multiple of 1024, up to the planned one) at which `want` requests fit at once."""
+    inp = res.inp
+    if res.kv_cache_bytes <= 0 or want <= 0:
+        return 0
+    fit = max_model_len_for(inp.arch, res.kv_cache_bytes / want, res.max_model_len,
+                            tp=inp.tensor_parallel_size, pp=inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
+                            max_num_batched_tokens=res.max_num_batched_tokens, block_size=inp.block_size)
+    return round_down(fit)
+
+
+def length_table(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
+    """Per-request KV and concurrency at powers of two up to the planned length (and the planned one)."""
+    lengths = {res.max_model_len}
+    n = 4096
+    while n < res.max_model_len:
+        lengths.add(n)
+        n *= 2
+    out = []
+    for length in sorted(lengths):
+        need = request_kv_bytes(inp.arch, length, inp.tensor_parallel_size, inp.pipeline_parallel_size,
+                                res.kv_value_bytes, res.max_num_batched_tokens, inp.block_size)
+        conc = res.kv_cache_bytes / need if need and res.kv_cache_bytes > 0 else 0.0
+        out.append({"max_model_len": length, "request_kv_bytes": need, "max_concurrency": round(conc, 4)})
+    return out

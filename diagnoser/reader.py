@@ -215,8 +215,10 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     carry = b""
     number = 0  # line number of the first line in the next block
     pending_follow = 0
+    # read1 returns what a pipe has now instead of waiting for a full block: a live server's log flows
+    read = getattr(stream, "read1", stream.read)
     while True:
-        chunk = stream.read(BLOCK)
+        chunk = read(BLOCK)
         if not chunk:
             break
         st.bytes += len(chunk)

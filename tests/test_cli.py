@@ -140,3 +140,10 @@ def test_binary_and_huge_garbage_never_crash(tmp_path):
     junk.write_bytes(bytes(b for b in range(256) if b != 10) * 4096 + b"\n" + b"\xff" * 300000)
     r = doctor("--format", "json", str(junk))
     assert r.returncode == 0 and json.loads(r.stdout)["input"]["lines"] == 2
+
+
+def test_live_mode_announces_on_stderr_as_it_reads(logs):
+    r = doctor("--live", str(logs["kv.log"]))
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "line 1: error [kv-cache-too-small]" in err
+    assert err.count("kv-cache-too-small") == 1
