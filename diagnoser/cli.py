@@ -16,6 +16,7 @@ import click
 
 from . import __version__
 from .engine import Report, diagnose
+from .plan import plan
 from .report import FORMATS, renderer
 from .rules import RuleError, builtin_rules, load_rules
 
@@ -226,6 +227,9 @@ def explain_cmd(rule_id: str) -> None:
         click.echo("\nReferences:")
         for ref in rule.references:
             click.echo(f"  - {ref}")
+
+
+main.add_command(plan)
 
 
 def run() -> None:

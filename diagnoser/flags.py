@@ -1,0 +1,113 @@
+"""The `vllm serve` flag list (data/vllm_flags.yaml): lookup, typo suggestions and renamed/removed flags.
+
+Used by the planner's command-line parser (reject what vLLM would reject) and by the unrecognized-argument
+rule (suggest the flag that was meant).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of `vllm serve`."""
+
+    name: str
+    value: bool = True
+    short: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    renamed_to: str | None = None
+    renamed_from: str | None = None
+    negatable: bool = False
+    group: str = ""
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@lru_cache(maxsize=1)
+def load_flags() -> dict[str, Flag]:
+    """Every known flag by its long name ('--max-model-len')."""
+    text = resources.files("diagnoser.data").joinpath("vllm_flags.yaml").read_text(encoding="utf-8")
+    out: dict[str, Flag] = {}
+    for item in yaml.safe_load(text)["flags"]:
+        f = Flag(
+            name=item["name"], value=bool(item.get("value", True)), short=tuple(item.get("short") or ()),
+            since=item.get("since"), until=item.get("until"), renamed_to=item.get("renamed_to"),
+            renamed_from=item.get("renamed_from"), negatable=bool(item.get("negatable")),
+            group=item.get("group", ""), note=item.get("note", ""),
+        )
+        out[f.name] = f
+    return out
+
+
+@lru_cache(maxsize=1)
+def _by_spelling() -> dict[str, Flag]:
+    table: dict[str, Flag] = {}
+    for f in load_flags().values():
+        table[f.name] = f
+        for s in f.short:
+            table[s] = f
+        if f.negatable:
+            table["--no-" + f.name[2:]] = f
+    return table
+
+
+def normalize(name: str) -> str:
+    """'--max_model_len' -> '--max-model-len' (vLLM >= 0.5.1 rewrites the part before the first '.')."""
+    head, dot, tail = name.partition(".")
+    if head.startswith("--"):
+        head = "--" + head[2:].replace("_", "-")
+    return head + dot + tail
+
+
+def lookup(name: str) -> Flag | None:
+    """The flag a spelling names ('-tp', '--no-enable-prefix-caching', '--max_model_len'), or None.
+
+    A dotted spelling ('--compilation-config.level') names its base flag.
+    """
+    table = _by_spelling()
+    spelled = normalize(name)
+    return table.get(spelled) or table.get(spelled.split(".", 1)[0])
+
+
+def by_prefix(name: str) -> Flag | None:
+    """argparse's allow_abbrev: an unambiguous prefix of one long flag names it ('--kv-cache-memory')."""
+    spelled = normalize(name)
+    if not spelled.startswith("--") or len(spelled) < 4:
+        return None
+    hits = [f for n, f in _by_spelling().items() if n.startswith(spelled) and n.startswith("--")]
+    unique = {f.name for f in hits}
+    return hits[0] if len(unique) == 1 else None
+
+
+def closest_flag(name: str) -> tuple[str | None, float]:
+    """The real flag a typo most likely meant, with rapidfuzz's score (0-100)."""
+    from rapidfuzz import fuzz, process
+
+    spelled = normalize(name)
+    names = [n for n in _by_spelling() if n.startswith("--")]
+    best = process.extractOne(spelled, names, scorer=fuzz.ratio)
+    if not best:
+        return None, 0.0
+    return str(best[0]), float(best[1])
+
+
+def renamed(name: str) -> dict[str, Any] | None:
+    """What became of a renamed or removed flag: {'flag', 'renamed_to', 'until', 'since', 'note'}."""
+    f = lookup(name)
+    if f is None or not (f.renamed_to or f.until):
+        return None
+    return {"flag": f.name, "renamed_to": f.renamed_to, "until": f.until, "since": f.since, "note": f.note}
+
+
+def takes_value(name: str) -> bool | None:
+    """True when the flag takes a value, False for a switch, None when unknown."""
+    f = lookup(name)
+    return None if f is None else f.value
