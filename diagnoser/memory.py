@@ -112,14 +112,18 @@ DTYPE_BYTES = {
     "bfloat16": 2, "bf16": 2,
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "int8": 1,
 }
-#: Bytes of sampler working memory per (request row x vocabulary entry) in the profiling run: fp32 logits (4),
-#: softmax probabilities (4), log-probabilities (4), sorted values for top-k/top-p (4) and their int64
-#: indices (8), the cumulative sum for top-p (4).
-SAMPLER_BYTES_PER_LOGIT = 28
-#: Non-torch memory (CUDA context growth, cuBLAS/NCCL workspaces) at one GPU, and the extra for the
-#: custom all-reduce and NCCL buffers when several GPUs talk (vLLM's 'non_torch_memory', catalog D5).
+#: Bytes of sampler working memory per (request row x vocabulary entry) alive at once in the profiling run's
+#: top-k/top-p path: 16-bit logits from the LM head (2), their fp32 copy (4), sorted values (4) and int64 sort
+#: indices (8), softmax of the sorted values (4), its cumulative sum (4), the top-p mask (1), the int64 inverse
+#: permutation (8) and the logits gathered back (4).
+SAMPLER_BYTES_PER_LOGIT = 39
+#: Non-torch memory (CUDA context growth, cuBLAS/NCCL workspaces) at one GPU, and the extra when several GPUs
+#: talk: NCCL plus vLLM's custom all-reduce buffers on data-centre GPUs; GeForce cards lack GPU peer-to-peer
+#: access, vLLM disables its custom all-reduce there and only NCCL's buffers remain (catalog D5 'non-torch').
 NON_TORCH_SINGLE = 0.10 * GIB
 NON_TORCH_MULTI_GPU = 1.40 * GIB
+NON_TORCH_MULTI_GPU_NO_P2P = 0.15 * GIB
+NO_P2P_GPUS = re.compile(r"geforce|rtx ?[2-5]0[5-9]0|titan", re.IGNORECASE)
 #: CUDA-graph pool: a fixed part plus a part per layer (graphs are captured per batch size, and the piecewise
 #: graphs keep per-layer buffers). Observed 'Graph capturing finished ... took' figures are 0.2-0.5 GiB.
 CUDA_GRAPH_BASE = 0.10 * GIB
@@ -414,10 +418,11 @@ def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | No
 # --- activations, non-torch memory, CUDA graphs -------------------------------------------------------------
 
 def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
-                     act_bytes: float = 2) -> int:
+                     act_bytes: float = 2, sampler: bool = True) -> int:
     """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
     tokens (MLP gate/up output and activation, 3 x intermediate per rank, plus four hidden-size buffers) and
-    the sampler over max_num_seqs rows of the vocabulary (SAMPLER_BYTES_PER_LOGIT each)."""
+    the sampler over max_num_seqs rows of the vocabulary (SAMPLER_BYTES_PER_LOGIT each). `sampler=False`
+    leaves the sampler out: V0's chunked-prefill profiling run shows no sampler peak in published logs."""
     h = arch.hidden_size
     if arch.is_moe:
         moe_i = arch.moe_intermediate_size or arch.intermediate_size
@@ -427,13 +432,16 @@ def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: 
     else:
         per_token = 3 * arch.intermediate_size / tp + 4 * h
     forward = max_num_batched_tokens * per_token * act_bytes
-    sampler = max_num_seqs * arch.vocab_size * SAMPLER_BYTES_PER_LOGIT
-    return int(max(forward, sampler))
+    sampled = max_num_seqs * arch.vocab_size * SAMPLER_BYTES_PER_LOGIT if sampler else 0
+    return int(max(forward, sampled))
 
 
-def non_torch_bytes(tp: int = 1, pp: int = 1) -> int:
+def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "") -> int:
     """Memory outside PyTorch's allocator that grows during start-up."""
-    return int(NON_TORCH_SINGLE + (NON_TORCH_MULTI_GPU if tp * pp > 1 else 0))
+    if tp * pp <= 1:
+        return int(NON_TORCH_SINGLE)
+    extra = NON_TORCH_MULTI_GPU_NO_P2P if NO_P2P_GPUS.search(gpu_name or "") else NON_TORCH_MULTI_GPU
+    return int(NON_TORCH_SINGLE + extra)
 
 
 def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False) -> int:
@@ -451,8 +459,10 @@ def graphs_budgeted(version: tuple[int, int, int]) -> bool:
 
 # --- release defaults (catalog C) --------------------------------------------------------------------------
 
-def engine_for(version: tuple[int, int, int]) -> str:
-    """V0 was the default through 0.7.3, V1 from 0.8.0."""
+def engine_for(version: tuple[int, int, int], engine: str | None = None) -> str:
+    """V0 was the default through 0.7.3 (V1 opt-in with VLLM_USE_V1=1 from 0.6.4), V1 from 0.8.0."""
+    if engine in ("V0", "V1"):
+        return engine
     return "V0" if version < (0, 8, 0) else "V1"
 
 
@@ -470,9 +480,10 @@ def _large_tier(version: tuple[int, int, int], gpu_gib: float, gpu_name: str) ->
     return gpu_gib >= 70 and "a100" not in name
 
 
-def default_max_num_seqs(version: tuple[int, int, int], gpu_gib: float, gpu_name: str = "") -> int:
+def default_max_num_seqs(version: tuple[int, int, int], gpu_gib: float, gpu_name: str = "",
+                         engine: str | None = None) -> int:
     """256 for V0; V1: 1024 on large GPUs (>= 70 GiB, not A100, from 0.9.0), else 256."""
-    if engine_for(version) == "V0":
+    if engine_for(version, engine) == "V0":
         return 256
     if version < (0, 8, 5):
         return 1024
@@ -480,11 +491,11 @@ def default_max_num_seqs(version: tuple[int, int, int], gpu_gib: float, gpu_name
 
 
 def default_max_num_batched_tokens(version: tuple[int, int, int], max_model_len: int, gpu_gib: float,
-                                   gpu_name: str = "") -> int:
+                                   gpu_name: str = "", engine: str | None = None) -> int:
     """The API server's default (catalog C). V0: max(max_model_len, 2048) unless chunked prefill is on
     (automatic above 32K tokens: 512 before 0.7.0, 2048 from 0.7.0). V1: 2048, or 8192 on large GPUs,
     16384 on >= 160 GiB from 0.31.0."""
-    if engine_for(version) == "V0":
+    if engine_for(version, engine) == "V0":
         if max_model_len > 32768:
             return 2048 if version >= (0, 7, 0) else 512
         return max(max_model_len, 2048)
@@ -521,6 +532,7 @@ class PlanInput:
     kv_cache_fixed: bool = False      # kv_cache_bytes comes from --kv-cache-memory-bytes (utilization ignored)
     cpu_offload_bytes: float = 0.0    # --cpu-offload-gb: weights kept in CPU memory
     version: tuple[int, int, int] = LATEST_VERSION
+    engine: str | None = None         # 'V0'/'V1' to override the release's default engine (VLLM_USE_V1)
     block_size: int = BLOCK_SIZE
 
 
@@ -569,8 +581,10 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         else default_gpu_memory_utilization(v)
     max_len = int(inp.max_model_len or arch.max_position_embeddings or 4096)
     gpu_gib = inp.gpu_bytes / GIB
-    seqs = inp.max_num_seqs or default_max_num_seqs(v, gpu_gib, inp.gpu_name)
-    batched = inp.max_num_batched_tokens or default_max_num_batched_tokens(v, max_len, gpu_gib, inp.gpu_name)
+    engine = engine_for(v, inp.engine)
+    seqs = inp.max_num_seqs or default_max_num_seqs(v, gpu_gib, inp.gpu_name, engine)
+    batched = inp.max_num_batched_tokens or default_max_num_batched_tokens(v, max_len, gpu_gib, inp.gpu_name,
+                                                                           engine)
     mdb = resolve_dtype_bytes(arch, inp.dtype)
     kvb = kv_value_bytes(inp.kv_cache_dtype, mdb)
     quant = inp.quantization if inp.quantization is not None else arch.quantization
@@ -585,8 +599,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         weights = float(weight_bytes(arch, mdb, quant, bits, tp, pp))
         sources["weights"] = "estimated"
     weights = max(0.0, weights - inp.cpu_offload_bytes)
-    act = float(activation_bytes(arch, batched, seqs, tp, mdb))
-    ntm = float(non_torch_bytes(tp, pp))
+    v0_chunked = engine == "V0" and max_len > 32768
+    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked))
+    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
     in_budget = graphs_budgeted(v)
     if inp.overhead is not None:
@@ -604,7 +619,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
     # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
     # patterns as full attention
-    window_aware = (engine_for(v) == "V1" and v >= (0, 8, 3)) or not arch.layer_types
+    window_aware = (engine == "V1" and v >= (0, 8, 3)) or not arch.layer_types
     kw = {"tp": tp, "pp": pp, "kv_bytes": kvb, "max_num_batched_tokens": batched,
           "block_size": inp.block_size, "window_aware": window_aware}
     need = request_kv_bytes(arch, max_len, **kw)

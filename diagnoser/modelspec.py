@@ -89,7 +89,7 @@ QUANT_HINTS: tuple[tuple[str, str, float], ...] = (
 STRIP_WORDS = (
     "quantized", "w8a8", "w4a16", "w8a16", "fp8", "dynamic", "awq", "gptq", "int4", "int8", "4bit", "8bit",
     "bnb", "mxfp4", "nvfp4", "fp4", "gguf", "marlin", "instruct", "chat", "it", "hf", "thinking", "2507",
-    "base", "pt", "sft", "latest",
+    "base", "pt", "sft", "latest", "autoround",
 )
 
 

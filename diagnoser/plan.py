@@ -63,12 +63,18 @@ class ServeCommand:
     order: list[tuple[str, str | None]] = field(default_factory=list)  # (long flag, raw value) as given
     prog: str = "vllm serve"
     notes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)    # VAR=value words before the command
 
 
 def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeCommand:
     """Parse `vllm serve MODEL --flag value --flag=value ...`; unknown flags fail like argparse would."""
     cmd = ServeCommand()
     toks = list(tokens)
+    while toks and (toks[0] == "env" or re.fullmatch(r"[A-Za-z_]\w*=.*", toks[0])):
+        if toks[0] != "env":
+            key, _, val = toks[0].partition("=")
+            cmd.env[key] = val
+        toks = toks[1:]
     if toks and toks[0] in ("vllm", "vllm.exe") or toks and toks[0].endswith("/vllm"):
         toks = toks[1:]
         if toks and toks[0] == "serve":
@@ -189,7 +195,7 @@ def kv_message(res: mem.PlanResult, v: tuple[int, int, int]) -> str:
     est = mem.max_model_len_for(res.inp.arch, avail, ml, tp=res.inp.tensor_parallel_size,
                                 pp=res.inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
                                 max_num_batched_tokens=res.max_num_batched_tokens)
-    if mem.engine_for(v) == "V0":
+    if mem.engine_for(v, res.inp.engine) == "V0":
         return (f"ValueError: The model's max seq len ({ml}) is larger than the maximum number of tokens that "
                 f"can be stored in KV cache ({res.kv_cache_tokens}). Try increasing `gpu_memory_utilization` "
                 f"or decreasing `max_model_len` when initializing the engine.")
@@ -329,8 +335,9 @@ def run_plan(opts: dict[str, Any]) -> int:
     tokens = list(opts["command"] or ())
     if tokens and tokens[0] == "--":
         tokens = tokens[1:]
-    if tokens and not (tokens[0] in ("vllm", "python", "python3") or tokens[0].endswith("/vllm")):
-        raise click.UsageError(f"unexpected argument {tokens[0]!r}; put a vLLM command after '--' "
+    first = next((t for t in tokens if not re.fullmatch(r"[A-Za-z_]\w*=.*|env", t)), "")
+    if tokens and not (first in ("vllm", "python", "python3") or first.endswith("/vllm")):
+        raise click.UsageError(f"unexpected argument {first!r}; put a vLLM command after '--' "
                                "(vllm-doctor plan --gpu L4 -- vllm serve MODEL ...)")
     cmd = parse_serve(tokens, version) if tokens else ServeCommand()
     cv = cmd.values
@@ -383,6 +390,12 @@ def run_plan(opts: dict[str, Any]) -> int:
     seqs = _pick(opts["max_num_seqs"], num("--max-num-seqs", int), lg("max_num_seqs"))
     batched = _pick(opts["max_num_batched_tokens"], num("--max-num-batched-tokens", int),
                     lg("max_num_batched_tokens"))
+    engine = None
+    use_v1 = cmd.env.get("VLLM_USE_V1")
+    if use_v1 in ("0", "1") and version < (0, 11, 0):
+        engine = "V1" if use_v1 == "1" else "V0"
+    if ctx is not None and ctx.engine in ("V0", "V1"):
+        engine = ctx.engine
     weights = parse_size(opts["weights"]) if opts["weights"] else None
     overhead = parse_size(opts["overhead"]) if opts["overhead"] else None
     kv_fixed = parse_size(cv["--kv-cache-memory-bytes"]) if cv.get("--kv-cache-memory-bytes") else None
@@ -412,7 +425,7 @@ def run_plan(opts: dict[str, Any]) -> int:
         tensor_parallel_size=tp, pipeline_parallel_size=pp, max_num_seqs=seqs,
         max_num_batched_tokens=batched, enforce_eager=eager, weights=weights, overhead=overhead,
         kv_cache_bytes=kv_fixed if kv_fixed is not None else measured.get("kv_cache"),
-        kv_cache_fixed=kv_fixed is not None, cpu_offload_bytes=offload or 0.0, version=version,
+        kv_cache_fixed=kv_fixed is not None, cpu_offload_bytes=offload or 0.0, version=version, engine=engine,
     )
     if quant and quant == spec.arch.quantization:
         inp.quant_bits = spec.arch.quant_bits
@@ -431,7 +444,8 @@ def run_plan(opts: dict[str, Any]) -> int:
     ok = verdict.starts and (min_conc is None or res.max_concurrency >= min_conc)
     data = {
         "model": spec.arch.name, "model_source": spec.source, "gpu": gpu.name,
-        "gpu_memory_bytes": int(gpu.memory_bytes), "vllm_version": _ver(version), "engine": mem.engine_for(version),
+        "gpu_memory_bytes": int(gpu.memory_bytes), "vllm_version": _ver(version),
+        "engine": mem.engine_for(version, engine),
         "gpu_memory_utilization": res.gpu_memory_utilization, "max_model_len": res.max_model_len,
         "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "kv_cache_dtype": kv_dtype, "dtype": dtype,
         "quantization": quant or spec.arch.quantization, "max_num_seqs": res.max_num_seqs,
@@ -537,7 +551,7 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
     a = inp.arch
     out = [f"model: {spec.source}", f"GPU: {gpu.name}, {gpu.memory_bytes / mem.GIB:.2f} GiB as vLLM sees it"
            + (f" ({gpu.basis})" if gpu.basis else ""),
-           f"vLLM {_ver(v)} ({mem.engine_for(v)} engine) defaults and formulas; "
+           f"vLLM {_ver(v)} ({mem.engine_for(v, inp.engine)} engine) defaults and formulas; "
            f"budget = GPU memory x {res.gpu_memory_utilization:g}, KV room = budget - weights - overhead",
            SIZE_NOTE]
     if default_len:

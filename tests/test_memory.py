@@ -1,0 +1,217 @@
+"""Memory arithmetic of the planner, each against figures computed by hand in the test."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from diagnoser import memory as mem
+from diagnoser.modelspec import arch_from_config, arch_from_preset, load_model, load_models
+
+GIB = 1 << 30
+
+
+def arch(name: str) -> mem.ArchSpec:
+    return load_model(name).arch
+
+
+# --- the worked example of the issue ---------------------------------------------------------------------------
+
+def test_worked_example_llama_8b_on_24gb():
+    # Llama 3.1 8B: 2 x 32 layers x 8 KV heads x 128 head dim x 2 bytes = 131,072 bytes (128 KiB) per token
+    assert mem.kv_bytes_per_token(32, 8, 128, 2) == 131072
+    a = arch("llama-3.1-8b")
+    assert mem.model_kv_bytes_per_token(a, 1, 1, 2) == 131072
+    inp = mem.PlanInput(arch=a, gpu_bytes=24e9, gpu_memory_utilization=0.92, weights=16e9, overhead=1.5e9)
+    res = mem.plan_memory(inp)
+    assert res.budget_bytes == pytest.approx(22.08e9)          # "about 22.1 GB share"
+    assert res.kv_cache_bytes == pytest.approx(4.58e9)         # "about 4.6 GB for the KV cache"
+    assert res.kv_bytes_per_token == 131072
+    assert mem.tokens_in(4.58e9, 131072) == 34942              # "about 35,000 tokens"
+    assert res.kv_cache_tokens == 34928                        # whole 16-token blocks, as vLLM counts them
+    assert res.max_model_len == 131072                         # the default: the model's maximum
+    assert res.request_kv_bytes == 16 * GIB                    # 131,072 tokens need 16 GiB ...
+    assert not res.fits                                        # ... so vLLM refuses to start
+    short = mem.plan_memory(mem.with_changes(inp, max_model_len=16384))
+    assert short.request_kv_bytes == 2 * GIB                   # 16,384 tokens need 2 GiB
+    assert short.fits
+    assert math.floor(short.max_concurrency) == 2              # two run at once
+    assert short.max_concurrency == pytest.approx(4.58e9 / (2 * GIB))
+    assert res.max_model_len_that_fits == 34816                # 34,928 rounded down to a multiple of 1024
+
+
+# --- KV bytes per token -------------------------------------------------------------------------------------------
+
+def test_mla_deepseek_v3_latent_not_split_by_tp():
+    a = arch("deepseek-v3")
+    # 61 layers x (512 kv_lora_rank + 64 rope dim) x 2 bytes = 70,272 bytes per token
+    assert mem.model_kv_bytes_per_token(a, tp=1, kv_bytes=2) == 61 * 576 * 2 == 70272
+    assert mem.model_kv_bytes_per_token(a, tp=8, kv_bytes=2) == 70272       # replicated, not sharded
+    assert mem.model_kv_bytes_per_token(a, tp=8, kv_bytes=1) == 35136       # fp8 latent
+    assert mem.mla_kv_bytes_per_token(61, 512, 64, 2) == 70272
+
+
+def test_fp8_kv_cache_is_one_byte():
+    assert mem.kv_value_bytes("fp8") == mem.kv_value_bytes("fp8_e4m3") == mem.kv_value_bytes("fp8_e5m2") == 1
+    assert mem.kv_value_bytes("auto", 2) == 2
+    a = arch("llama-3.1-8b")
+    assert mem.model_kv_bytes_per_token(a, kv_bytes=1) == 2 * 32 * 8 * 128 * 1 == 65536
+
+
+def test_tp_with_fewer_kv_heads_than_ranks_replicates():
+    a = arch("qwen2.5-7b")  # 28 layers, 4 KV heads, head dim 3584 / 28 = 128
+    assert a.head_size == 128
+    assert mem.model_kv_bytes_per_token(a, tp=1) == 2 * 28 * 4 * 128 * 2 == 57344
+    assert mem.model_kv_bytes_per_token(a, tp=2) == 2 * 28 * 2 * 128 * 2 == 28672
+    # 8 ranks, 4 KV heads: every rank keeps one head (max(1, 4 // 8)), so TP=8 saves nothing over TP=4
+    assert mem.kv_heads_per_rank(4, 8) == 1
+    assert mem.model_kv_bytes_per_token(a, tp=8) == mem.model_kv_bytes_per_token(a, tp=4) == 14336
+
+
+def test_pipeline_parallel_keeps_its_stage_layers():
+    a = arch("llama-3.1-70b")  # 80 layers
+    assert mem.layers_per_stage(80, 3) == 27
+    assert mem.model_kv_bytes_per_token(a, tp=1, pp=2) == 2 * 40 * 8 * 128 * 2
+
+
+# --- sliding windows --------------------------------------------------------------------------------------------------
+
+def test_gpt_oss_alternating_window_matches_vllms_need():
+    a = arch("gpt-oss-120b")  # 36 layers, 18 sliding (window 128), 8 KV heads x 64 head dim
+    page = 16 * 2 * 8 * 64 * 2  # one 16-token block of one layer: 32,768 bytes
+    full = 18 * (131072 // 16) * page
+    sliding = 18 * (math.ceil((128 - 1 + 1024) / 16) + 1) * page  # 73 pages per sliding layer
+    assert full + sliding == 4874895360
+    need = mem.request_kv_bytes(a, 131072, kv_bytes=2, max_num_batched_tokens=1024)
+    assert need == 4874895360
+    assert round(need / GIB, 2) == 4.54  # the figure vLLM printed for gpt-oss-120b at 131072 tokens
+    # the logged token count counts every layer in full
+    assert mem.model_kv_bytes_per_token(a) == 36 * 2 * 8 * 64 * 2 == 73728
+
+
+def test_gemma2_every_other_layer_slides():
+    a = arch("gemma-2-9b")  # 42 layers, window 4096, 8 KV heads x 256 head dim
+    assert a.kinds()[:4] == ["sliding", "full", "sliding", "full"]
+    page = 16 * 2 * 8 * 256 * 2  # 131,072 bytes
+    full = 21 * (8192 // 16) * page                                   # 1,409,286,144
+    sliding = 21 * (math.ceil((4096 - 1 + 2048) / 16) + 1) * page    # 21 x 385 pages = 1,059,717,120
+    assert mem.request_kv_bytes(a, 8192, max_num_batched_tokens=2048) == full + sliding == 2469003264
+
+
+def test_mistral_v01_uniform_window_caps_the_request():
+    a = arch("mistral-7b-v0.1")  # every layer slides over 4096 tokens
+    per_layer = (math.ceil((4096 - 1 + 2048) / 16) + 1) * 16 * 2 * 8 * 128 * 2  # 385 pages of 65,536 bytes
+    assert mem.request_kv_bytes(a, 32768, max_num_batched_tokens=2048) == 32 * per_layer == 807403520
+    # without the window (v0.3) the same length needs 32 layers x 2048 pages x 65,536 bytes = 4 GiB
+    assert mem.request_kv_bytes(arch("mistral-7b"), 32768, max_num_batched_tokens=2048) == 4 * GIB
+
+
+def test_max_model_len_for_is_vllms_binary_search():
+    a = arch("llava-1.5-7b")  # 32 layers x 32 KV heads x 128 x 2 x 2 = 524,288 bytes per token
+    assert mem.model_kv_bytes_per_token(a) == 524288
+    assert mem.request_kv_bytes(a, 2048) == 1 * GIB
+    # 0.258 GiB holds 33 blocks of 16 tokens (33 x 16 x 524,288 = 276,824,064 bytes)
+    assert mem.max_model_len_for(a, 0.258 * GIB, 2048, kv_bytes=2) == 528
+
+
+# --- weights ----------------------------------------------------------------------------------------------------------
+
+def test_llama_8b_bf16_and_fp8_weights():
+    a = arch("llama-3.1-8b")
+    parts = mem.param_breakdown(a)
+    assert parts["embeddings"] == parts["lm_head"] == 128256 * 4096 == 525336576
+    assert parts["attention"] == 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2) == 1342177280
+    assert parts["mlp"] == 32 * 3 * 4096 * 14336 == 5637144576
+    assert mem.param_count(a) == 8030261248
+    assert mem.weight_bytes(a, 2) == 2 * 8030261248
+    # fp8: linear layers 1 byte (+ a 4-byte scale per 16,384 weights), embeddings, head and norms 2 bytes
+    linear = 1342177280 + 5637144576
+    assert mem.weight_bytes(a, 2, "fp8") == int(linear * (1 + 4 / 16384) + 2 * (525336576 * 2 + 266240))
+    assert mem.weight_bytes(a, 2, tp=2) == 8030261248  # half of the 16-bit bytes on each of 2 GPUs
+
+
+def test_awq_4bit_moe_weights():
+    a = arch("qwen3-30b-a3b")
+    # attention 48 x (2048 x 4096 x 2 + 2048 x 512 x 2) and experts 48 x 128 x 3 x 2048 x 768 are 4-bit with an
+    # fp16 scale and 4-bit zero per 128 weights (0.51953125 bytes); embeddings, head, router, norms 2 bytes
+    quantized = (905969664 + 28991029248) * (0.5 + 2.5 / 128)
+    rest = (311164928 * 2 + 12582912 + 198656) * 2
+    assert mem.weight_bytes(a, 2, "awq", 4) == int(quantized + rest) == 16802648064
+    assert mem.weight_bytes(a, 2, "awq", 4) / GIB == pytest.approx(15.61, rel=0.01)  # vLLM measured 15.61 GiB
+
+
+def test_mxfp4_quantizes_only_experts():
+    a = arch("gpt-oss-20b")
+    parts = mem.param_breakdown(a)
+    expected = parts["experts"] * (0.5 + 1 / 32) + (sum(parts.values()) - parts["experts"]) * 2
+    assert mem.weight_bytes(a, 2, "mxfp4") == int(expected)
+
+
+@pytest.mark.parametrize("entry", load_models(), ids=lambda e: e["id"])
+def test_parameter_estimate_within_5_percent_of_published(entry):
+    a = arch_from_preset(entry)
+    assert mem.param_count(a) / 1e9 == pytest.approx(entry["params_b"], rel=0.05)
+
+
+def test_presets_cover_the_required_models():
+    names = {n.lower() for e in load_models() for n in [e["id"], *e.get("aliases", [])]}
+    required = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "llama-3.3-70b",
+                "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b",
+                "qwen3-235b-a22b", "mistral-7b-v0.1", "mistral-7b-v0.3", "mixtral-8x7b", "gemma-2-9b",
+                "gemma-2-27b", "gemma-3-12b", "gemma-3-27b", "phi-3-mini", "phi-3-medium", "phi-4", "deepseek-v3",
+                "deepseek-r1", "gpt-oss-20b", "gpt-oss-120b"]
+    assert not [r for r in required if r not in names]
+    assert len(load_models()) >= 20
+
+
+# --- overhead and defaults ------------------------------------------------------------------------------------------------
+
+def test_activations_grow_with_batched_tokens_and_graphs_vanish_when_eager():
+    a = arch("llama-3.1-8b")
+    small = mem.activation_bytes(a, 2048, 1, sampler=False)
+    big = mem.activation_bytes(a, 8192, 1, sampler=False)
+    assert big == 4 * small == 8192 * (3 * 14336 + 4 * 4096) * 2
+    assert mem.cuda_graph_bytes(a, enforce_eager=True) == 0
+    assert mem.cuda_graph_bytes(a) > 0
+    # the sampler term: 256 rows x 128,256 vocabulary x 39 bytes
+    assert mem.activation_bytes(a, 1, 256) == 256 * 128256 * 39
+
+
+def test_release_defaults():
+    v = mem.version_tuple
+    assert mem.default_gpu_memory_utilization(v("0.19.1")) == 0.9
+    assert mem.default_gpu_memory_utilization(v("0.20.0")) == 0.92
+    assert mem.default_max_num_seqs(v("0.10.0"), 79.2, "H100-80GB") == 1024
+    assert mem.default_max_num_seqs(v("0.10.0"), 79.2, "A100-80GB") == 256
+    assert mem.default_max_num_batched_tokens(v("0.7.3"), 8192, 39.4) == 8192     # V0: max(len, 2048)
+    assert mem.default_max_num_batched_tokens(v("0.7.3"), 131072, 39.4) == 2048   # V0 chunked prefill
+    assert mem.default_max_num_batched_tokens(v("0.10.0"), 2048, 23.7, "RTX 3090") == 2048
+    assert mem.graphs_budgeted(v("0.20.0")) and not mem.graphs_budgeted(v("0.19.1"))
+
+
+def test_what_if_rows_and_given_numbers():
+    a = arch("llama-3.1-8b")
+    inp = mem.PlanInput(arch=a, gpu_bytes=24e9, gpu_memory_utilization=0.92, weights=16e9, overhead=1.5e9,
+                        max_model_len=16384)
+    res = mem.plan_memory(inp)
+    rows = {r["label"]: r for r in mem.what_if(inp, res)}
+    assert abs(rows["fp8 KV cache"]["kv_cache_tokens"] - 2 * res.kv_cache_tokens) <= 16  # block rounding
+    assert rows["--gpu-memory-utilization 0.95"]["kv_cache_bytes"] == pytest.approx(4.58e9 + 0.03 * 24e9, rel=1e-6)
+    # a given weight size scales with the estimate: 4-bit linear layers + 16-bit embeddings = 36% of 16-bit here
+    ratio = mem.weight_bytes(a, 2, "awq", 4) / mem.weight_bytes(a, 2)
+    assert 0.3 < ratio < 0.4
+    assert rows["4-bit weights (an AWQ/GPTQ checkpoint)"]["weights_bytes"] == pytest.approx(16e9 * ratio, rel=1e-6)
+    assert rows["TP=2 (2 GPUs)"]["weights_bytes"] == pytest.approx(8e9, rel=1e-6)
+
+
+def test_config_json_fields():
+    config = {"model_type": "gemma3_text", "num_hidden_layers": 12, "hidden_size": 1024, "num_attention_heads": 8,
+              "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 4096, "vocab_size": 1000,
+              "sliding_window": 512, "sliding_window_pattern": 6, "max_position_embeddings": 32768,
+              "torch_dtype": "bfloat16", "tie_word_embeddings": True}
+    a = arch_from_config(config, "tiny")
+    assert a.kinds().count("full") == 2 and a.kinds()[5] == "full"
+    assert mem.model_kv_bytes_per_token(a) == 12 * 2 * 4 * 256 * 2
+    nested = {"text_config": {**config, "sliding_window": None}, "torch_dtype": "float16"}
+    assert arch_from_config(nested, "vl").sliding_window is None
