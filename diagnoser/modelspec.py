@@ -239,7 +239,7 @@ def load_model(ref: str) -> ModelSpec:
     if path.is_dir():
         raise SpecError(f"{ref}: the folder has no config.json")
     index = _model_index()
-    entry = index.get(_key(ref)) or index.get(_key(ref.split("/", 1)[-1]))
+    entry = index.get(_key(ref)) or index.get(_key(ref.split("/", 1)[-1])) or index.get(_key(path.name))
     notes: list[str] = []
     if entry is None:
         stripped = _strip_name(ref)

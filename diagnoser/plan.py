@@ -430,6 +430,9 @@ def run_plan(opts: dict[str, Any]) -> int:
     if quant and quant == spec.arch.quantization:
         inp.quant_bits = spec.arch.quant_bits
     res = mem.plan_memory(inp)
+    for key in ("weights", "overhead", "kv_cache"):
+        if key in measured and res.sources.get(key) in ("given", "measured"):
+            res.sources[key] = "measured (log)"
     verdict = verdict_for(res, gpu, version, dtype, max_len is not None)
     min_conc = opts["min_concurrency"]
     rows = mem.what_if(inp, res)
@@ -461,7 +464,8 @@ def run_plan(opts: dict[str, Any]) -> int:
         "max_model_len_that_fits": res.max_model_len_that_fits,
         "max_concurrency": round(res.max_concurrency, 4), "min_concurrency": min_conc,
         "check_passed": ok, "sources": res.sources,
-        "measured": {"kv_cache_tokens": lg("kv_cache_tokens"), "max_concurrency": lg("max_concurrency"),
+        "measured": {"kv_cache_tokens": lg("kv_cache_tokens") or (lg("num_gpu_blocks") or 0) * (lg("block_size") or 16)
+                     or None, "max_concurrency": lg("max_concurrency"),
                      "available_kv_cache_gib": lg("available_kv_cache_gib"), "weights_gib": lg("weights_gib")}
         if ctx is not None else None,
         "assumptions": assumptions, "what_if": rows, "lengths": lengths, "command": command,

@@ -228,7 +228,7 @@ def test_from_a_startup_log(tmp_path):
     assert data["weights_bytes"] == int(27.5 * GIB)
     assert data["overhead_bytes"] == int(1.5 * GIB)
     assert data["kv_cache_bytes"] == 5 * GIB
-    assert data["sources"]["kv_cache"] == "measured"
+    assert data["sources"] == {"weights": "measured (log)", "overhead": "measured (log)", "kv_cache": "measured (log)"}
     assert data["max_model_len"] == 4096 and data["gpu_memory_utilization"] == 0.85
     assert data["kv_cache_tokens"] == 5 * GIB // (48 * 2 * 8 * 128 * 2) // 16 * 16
 
