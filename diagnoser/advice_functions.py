@@ -78,3 +78,228 @@ def tp_to_fit(weights_gib: float, gpu_gib: float, current_tp: int = 1, headroom:
     while tp < 64 and weights_gib / tp > gpu_gib * headroom:
         tp *= 2
     return tp
+
+
+# -- command-line mistakes (unrecognized-argument) ---------------------------------------------------------
+
+#: Tokens that name a vLLM sub-command or the program itself when they turn up among the bad arguments.
+SUBCOMMANDS = ("serve", "chat", "complete", "bench", "run-batch", "collect-env")
+
+
+def bad_arguments(text: str | None) -> dict[str, Any]:
+    """Split argparse's 'unrecognized arguments: ...' tail into flags (with their values) and positionals.
+
+    Returns {"flags": [(flag, value_or_None)], "positionals": [...], "subcommand": "serve" | None,
+    "model": the positional that looks like a model (org/name or a path) or None}.
+    """
+    tokens = (text or "").split()
+    flags: list[tuple[str, str | None]] = []
+    positionals: list[str] = []
+    sub: str | None = None
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i].strip("'\",;")
+        if tok.startswith("-") and len(tok) > 1 and not re.fullmatch(r"-[\d.]+", tok):
+            name, eq, value = tok.partition("=")
+            if not eq and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+                value = tokens[i + 1].strip("'\",;")
+                i += 1
+            flags.append((name, value or None))
+        elif tok in ("vllm", "python", "python3", "-m") or tok.endswith("api_server"):
+            pass  # the program itself, repeated by a wrapper (docker image entrypoint, script)
+        elif tok in SUBCOMMANDS and sub is None:
+            sub = tok
+        elif tok:
+            positionals.append(tok)
+        i += 1
+    model = next((p for p in positionals if "/" in p or p.startswith((".", "~"))), None)
+    if model is None and len(positionals) == 1:
+        model = positionals[0]
+    return {"flags": flags, "positionals": positionals, "subcommand": sub, "model": model}
+
+
+def flag_fix(flag: str) -> dict[str, Any]:
+    """What a rejected flag should have been: {"flag", "to", "why"} ("to" None when nothing is known)."""
+    hy = hyphen(flag)
+    info = renamed_flag(flag)
+    if isinstance(info, dict):
+        to, until, note = info.get("renamed_to"), info.get("until"), info.get("note")
+        extra = f" ({note})" if note else ""
+        if to:
+            when = f" in {until}" if until else ""
+            return {"flag": flag, "to": to, "why": f"{hy} was renamed to {to}{when}{extra}"}
+        if until:
+            return {"flag": flag, "to": None, "why": f"{hy} was removed in vLLM {until}{extra}; drop it"}
+    elif isinstance(info, str) and info and info != hy:
+        return {"flag": flag, "to": info, "why": f"{hy} was renamed to {info}"}
+    known = _known_flag(flag)
+    if not known and flag.startswith("--") and len(flag) <= 6:
+        short = _known_flag(flag[1:])  # '--tp' for the short alias '-tp'
+        if short:
+            return {"flag": flag, "to": flag[1:], "why": f"the short form of {short} takes one dash"}
+    if known and hy != flag:
+        return {"flag": flag, "to": known, "why": "vLLM before 0.5.1 accepts only the hyphen spelling"}
+    if known:
+        since = _flag_since(known)
+        added = f"it was added in vLLM {since}, so upgrade or drop it" if since else "check `vllm serve --help`"
+        return {"flag": flag, "to": known, "why": f"{known} exists, but not in the release you ran: {added}"}
+    close = closest_flag(flag)
+    if close and close != flag:
+        return {"flag": flag, "to": close, "why": f"the closest real flag to {flag}"}
+    return {"flag": flag, "to": None, "why": "not a vLLM flag; see `vllm serve --help`"}
+
+
+def _flag_since(flag: str) -> str | None:
+    try:
+        from .flags import lookup
+
+        return getattr(lookup(flag), "since", None)
+    except Exception:  # noqa: BLE001 - optional detail
+        return None
+
+
+def _known_flag(flag: str) -> str | None:
+    """The canonical spelling of a flag the bundled list knows ('--max_model_len' -> '--max-model-len')."""
+    try:
+        from .flags import lookup
+    except ImportError:
+        return None
+    try:
+        found = lookup(flag)
+    except Exception:  # noqa: BLE001 - a helper from another module must not break the advice
+        return None
+    if found is None:
+        return None
+    if "." in flag:
+        return hyphen(flag)
+    return hyphen(flag) if flag.startswith("--") else getattr(found, "name", None)
+
+
+def corrected_args(text: str | None, model: str | None = None) -> str:
+    """The rejected arguments rewritten: flags respelled, a model moved to the `vllm serve MODEL` place."""
+    parsed = bad_arguments(text)
+    parts = ["vllm", "serve", parsed["model"] or model or "MODEL"]
+    for flag, value in parsed["flags"]:
+        fix = flag_fix(flag)
+        if fix["to"] is None:
+            continue
+        parts.append(fix["to"])
+        if value is not None:
+            parts.append(value)
+    return " ".join(parts)
+
+
+# -- memory held by other processes (gpu-memory-in-use) ---------------------------------------------------
+
+_PROC_USE = re.compile(r"(?:Process (?P<pid>\d+)|(?P<me>this process)) has (?P<size>[\d.]+ ?[KMGT]?i?B) memory in use")
+_UNIT = {"b": 1 / 2**30, "kib": 1 / 2**20, "kb": 1 / 2**20, "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0, "gb": 1.0,
+         "tib": 1024.0, "tb": 1024.0}
+
+
+def _size_gib(text: str) -> float | None:
+    m = re.fullmatch(r"([\d.]+) ?([KMGT]?i?B)", text.strip(), re.IGNORECASE)
+    if not m:
+        return None
+    return float(m.group(1)) * _UNIT.get(m.group(2).lower(), 1.0)
+
+
+def process_memory(text: str | None) -> dict[str, Any]:
+    """PyTorch's OOM process list -> {"this_gib": float|None, "others": [(pid, gib)], "others_gib": float}."""
+    this: float | None = None
+    others: list[tuple[int, float]] = []
+    for m in _PROC_USE.finditer(text or ""):
+        size = _size_gib(m.group("size"))
+        if size is None:
+            continue
+        if m.group("me"):
+            this = size
+        else:
+            others.append((int(m.group("pid")), size))
+    return {"this_gib": this, "others": others, "others_gib": sum(g for _, g in others)}
+
+
+def others_gib(total_gib: float | None, free_gib: float | None, this_gib: float | None,
+               listed_gib: float | None = None) -> float | None:
+    """GiB of the GPU held by processes other than this one (None when the message cannot tell)."""
+    if total_gib is not None and free_gib is not None and this_gib is not None:
+        return max(0.0, total_gib - free_gib - this_gib)
+    if listed_gib:
+        return listed_gib
+    return None
+
+
+# -- GPU capabilities (quantization-unsupported, bf16-unsupported, kv-cache-dtype-unsupported) -----------
+
+#: Minimum compute capability (major*10+minor) of vLLM's common quantization methods on CUDA.
+QUANT_MIN_CAPABILITY = {
+    "gptq": 60, "gguf": 60, "aqlm": 60, "bitsandbytes": 70, "squeezellm": 70, "awq": 75, "gptq_marlin": 80,
+    "awq_marlin": 80, "marlin": 80, "fp8": 80, "fbgemm_fp8": 80, "experts_int8": 80, "compressed-tensors": 75,
+    "modelopt": 89, "mxfp4": 80, "nvfp4": 100,
+}
+
+
+def capability(value: Any) -> str | None:
+    """75 -> '7.5'; '8.0' -> '8.0' (vLLM prints capabilities both ways)."""
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    if f >= 10 and float(f).is_integer():
+        return f"{int(f) // 10}.{int(f) % 10}"
+    return f"{f:.1f}"
+
+
+def capability_int(value: Any) -> int | None:
+    """'7.5' -> 75; 75 -> 75."""
+    text = capability(value)
+    if text is None:
+        return None
+    major, _, minor = text.partition(".")
+    return int(major) * 10 + int(minor or 0)
+
+
+def quant_methods_for(cap: Any) -> list[str]:
+    """Quantization methods whose minimum capability the GPU meets, most compact first."""
+    c = capability_int(cap)
+    if c is None:
+        return []
+    order = ["awq_marlin", "gptq_marlin", "fp8", "awq", "gptq", "bitsandbytes", "gguf"]
+    return [m for m in order if QUANT_MIN_CAPABILITY.get(m, 999) <= c]
+
+
+def closest_choice(value: str | None, choices: Any) -> str | None:
+    """The listed choice nearest to a rejected value ('fp8_e4m3fn' among "['auto', 'fp8', ...]")."""
+    if not value:
+        return None
+    if isinstance(choices, str):
+        choices = re.findall(r"[\w.+-]+", choices)
+    options = [str(c) for c in (choices or []) if str(c)]
+    if not options:
+        return None
+    from rapidfuzz import fuzz, process
+
+    found = process.extractOne(str(value), options, scorer=fuzz.ratio)
+    return found[0] if found and found[1] >= 50 else None
+
+
+def model_weights_gib(model: str | None, dtype: str | None = None, quantization: str | None = None) -> float | None:
+    """Whole-model weight GiB for a model the bundled presets (or a local config.json) know; else None.
+
+    The same arithmetic as `vllm-doctor plan`, so advice and plan agree.
+    """
+    if not model:
+        return None
+    from . import memory
+    from .modelspec import SpecError, load_model
+
+    try:
+        spec = load_model(str(model))
+    except (SpecError, OSError, ValueError):
+        return None
+    arch = spec.arch
+    quant = quantization if quantization and quantization != "None" else arch.quantization
+    size = memory.weight_bytes(arch, memory.resolve_dtype_bytes(arch, dtype), quant,
+                               arch.quant_bits if quant == arch.quantization else None)
+    return round(size / memory.GIB, 2)
