@@ -8,7 +8,14 @@ from importlib import import_module
 from ..engine import Report
 
 #: --format name -> module in this package. Each module has render(reports, opts) -> str.
-FORMATS = {"text": "text", "json": "json_format"}
+FORMATS = {
+    "text": "text",
+    "json": "json_format",
+    "jsonl": "jsonl",
+    "sarif": "sarif",
+    "github": "github",
+    "markdown": "markdown",
+}
 
 Renderer = Callable[..., str]
 

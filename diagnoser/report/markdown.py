@@ -1,0 +1,184 @@
+"""`--format markdown`: a compact report to paste into a GitHub issue or an LLM prompt.
+
+Per input: the environment (vLLM version, GPU, model, key flags), then each finding with its numbers, advice
+and corrected command, and a few evidence lines in a fence. It is made to fit: at most MAX_FINDINGS
+findings, MAX_EVIDENCE evidence lines each, lines cut at MAX_LINE_CHARS, lines that differ only in their
+numbers collapsed, and every cut says what was left out. Fences are longer than any run of backticks in the
+text they hold, so log lines cannot close them; log-derived values elsewhere are inline code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..engine import Report
+from .model import finding_dict, report_dict
+from .text import CONTEXT_KEYS, _fmt
+
+MAX_FINDINGS = 20
+MAX_EVIDENCE = 8
+MAX_LINE_CHARS = 500
+MAX_FLAGS = 16
+MAX_VALUE_CHARS = 80
+SEVERITY_LABEL = {"error": "Error", "warning": "Warning", "info": "Info"}
+#: Context keys already shown in the environment line (the flags line shows the other settings).
+_SHOWN = {"model", "model_tag", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "dtype",
+          "kv_cache_dtype", "quantization"}
+
+
+def _longest_run(text: str, char: str) -> int:
+    runs = re.findall(re.escape(char) + "+", text)
+    return max((len(r) for r in runs), default=0)
+
+
+def fence(body: str, info: str = "text") -> str:
+    """A fenced block that the body cannot close: one backtick more than its longest run (at least 3)."""
+    ticks = "`" * max(3, _longest_run(body, "`") + 1)
+    return f"{ticks}{info}\n{body}\n{ticks}"
+
+
+def code(value: Any) -> str:
+    """Inline code that survives backticks in the value."""
+    s = " ".join(str(value).split())
+    ticks = "`" * (_longest_run(s, "`") + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or not s else ""
+    return f"{ticks}{pad}{s}{pad}{ticks}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return code(str(value).lower())
+    if isinstance(value, (int, float)):
+        return _fmt(value)
+    text = _fmt(value) if isinstance(value, list) else str(value)
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[: MAX_VALUE_CHARS - 1] + "…"
+    return code(text)
+
+
+def _environment(ctx: dict[str, Any]) -> list[str]:
+    parts = [f"{label} {_value(ctx[key])}" for key, label in CONTEXT_KEYS if key in ctx]
+    out = []
+    if parts:
+        out.append("**Environment:** " + " · ".join(parts))
+    args = {k: v for k, v in (ctx.get("args") or {}).items() if k not in _SHOWN and v is not None}
+    if args:
+        shown = list(args.items())[:MAX_FLAGS]
+        flags = " ".join(code(f"--{k.replace('_', '-')}" + ("" if v is True else f" {_plain(v)}"))
+                         for k, v in shown)
+        more = f" ({len(args) - len(shown)} more left out)" if len(args) > len(shown) else ""
+        out.append(f"**Flags:** {flags}{more}")
+    status = ("the API server started" if ctx.get("server_started")
+              else "the engine was ready" if ctx.get("engine_ready") else None)
+    if status:
+        out.append(f"**Status:** {status}.")
+    return out
+
+
+def _plain(value: Any) -> str:
+    text = _fmt(value) if not isinstance(value, float) else f"{value:g}"
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
+
+
+_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def evidence_block(evidence: list[dict[str, Any]], limit: int = MAX_EVIDENCE) -> tuple[str, list[str]]:
+    """The fenced evidence and the notes on what was left out (repeats collapsed, lines cut, lines capped)."""
+    from ..reader import parse_line
+
+    groups: list[list[dict[str, Any]]] = []
+    index: dict[str, int] = {}
+    for ev in evidence:
+        key = _NUMBERS.sub("#", parse_line(0, ev["text"]).text.strip())
+        if key in index:
+            groups[index[key]].append(ev)
+        else:
+            index[key] = len(groups)
+            groups.append([ev])
+    width = max((len(str(ev["line"])) for ev in evidence), default=1)
+    lines, cut_chars = [], 0
+    for group in groups[:limit]:
+        ev = group[0]
+        body = ev["text"]
+        if len(body) > MAX_LINE_CHARS:
+            cut_chars += len(body) - MAX_LINE_CHARS
+            body = body[:MAX_LINE_CHARS] + " …"
+        suffix = f"   [+{_plural(len(group) - 1, 'similar line')}]" if len(group) > 1 else ""
+        lines.append(f"{ev['line']:>{width}} | {body}{suffix}")
+    notes = []
+    if len(groups) > limit:
+        notes.append(f"{len(groups) - limit} more lines left out")
+    if cut_chars:
+        notes.append(f"{cut_chars:,} characters of long lines left out")
+    return fence("\n".join(lines)), notes
+
+
+def advice_markdown(advice: str) -> str:
+    """Advice keeps its line breaks: each sentence line its own paragraph, `- ` lines a list."""
+    out: list[str] = []
+    for line in advice.splitlines():
+        item = line.lstrip().startswith(("- ", "* "))
+        if out and out[-1] and not item:
+            out.append("")
+        out.append(line)
+    return "\n".join(out)
+
+
+def _finding(fd: dict[str, Any], number: int, level: str) -> list[str]:
+    label = SEVERITY_LABEL.get(fd["severity"], fd["severity"])
+    out = [f"{level} {number}. {label}: {fd['title']} ({code(fd['rule'])})", ""]
+    where = [f"stage {code(fd['stage'] or 'unknown')}" + (f" ({code(fd['fine_stage'])})" if fd["fine_stage"]
+                                                            else "")]
+    where.append(f"log line {fd['line']}" + (f"–{fd['end_line']}" if fd["end_line"] > fd["line"] else ""))
+    if fd["ranks"]:
+        where.append("ranks " + ", ".join(str(r) for r in fd["ranks"]))
+    if fd["occurrences"] > 1:
+        where.append(f"seen {fd['occurrences']} times")
+    out.append("*" + " · ".join(where) + "*")
+    if fd["facts"]:
+        out += ["", "**Numbers:** " + " · ".join(f"{k} {_value(v)}" for k, v in fd["facts"].items())]
+    if fd["advice"]:
+        out += ["", advice_markdown(fd["advice"])]
+    if fd["command"]:
+        out += ["", "**Run:**", "", fence(fd["command"], "sh")]
+    if fd["evidence"]:
+        block, notes = evidence_block(fd["evidence"])
+        out += ["", "**Evidence:**", "", block]
+        if notes:
+            out += ["", "*" + "; ".join(notes) + ".*"]
+    out.append("")
+    return out
+
+
+def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
+    opts = opts or {}
+    top = "#" * int(opts.get("heading_level", 1))
+    sub = top + "#"
+    out: list[str] = []
+    for r in reports:
+        doc = report_dict(r)
+        c = doc["summary"]
+        counts = ", ".join([_plural(c["error"], "error"), _plural(c["warning"], "warning"), f"{c['info']} info"])
+        out += [f"{top} vllm-doctor: {code(r.path)} — {counts}", ""]
+        out += [f"*{doc['tool']['name']} {doc['tool']['version']}, {r.lines:,} log lines read.*", ""]
+        env = _environment(doc["context"])
+        if env:
+            out += ["  \n".join(env), ""]
+        red = doc["redactions"]
+        if red["total"]:
+            kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(red["by_kind"].items()))
+            out += [f"*{_plural(red['total'], 'secret')} redacted ({kinds}).*", ""]
+        if not r.findings:
+            out += ["No problems found.", ""]
+        for i, f in enumerate(r.findings[:MAX_FINDINGS], 1):
+            out += _finding(finding_dict(f), i, sub)
+        if len(r.findings) > MAX_FINDINGS:
+            left = len(r.findings) - MAX_FINDINGS
+            out += [f"*{_plural(left, 'more finding')} left out (`--format json` lists them all).*", ""]
+    return "\n".join(out).rstrip() + "\n"
