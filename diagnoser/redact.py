@@ -156,6 +156,8 @@ class Redactor:
 
     def _keyed(self, m: re.Match[str]) -> str:
         value = m.group("val")
+        if value.strip("'\"[]") == m.group("key").upper().replace("-", "_"):
+            return m.group(0)  # argparse's metavar in a usage or help text: `[--api-key API_KEY]`
         key_kind = _key_kind(m.group("key"))
         if not value.startswith("["):
             inner = value.strip("'\"")

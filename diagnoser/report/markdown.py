@@ -9,6 +9,7 @@ text they hold, so log lines cannot close them; log-derived values elsewhere are
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -23,6 +24,15 @@ MAX_FLAGS = 16
 MAX_VALUE_CHARS = 80
 SEVERITY_LABEL = {"error": "Error", "warning": "Warning", "info": "Info"}
 #: Context keys already shown in the environment line (the flags line shows the other settings).
+#: More settings than this: a full `Namespace(...)` dump (defaults included), not `non-default args`.
+FULL_DUMP = 30
+#: The settings worth showing from a full dump (when not None/False).
+KEY_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "pipeline_parallel_size", "data_parallel_size",
+             "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill", "block_size", "swap_space",
+             "cpu_offload_gb", "speculative_model", "speculative_config", "num_speculative_tokens", "enable_lora",
+             "max_lora_rank", "trust_remote_code", "load_format", "distributed_executor_backend",
+             "served_model_name", "api_key", "hf_token", "rope_scaling", "max_seq_len_to_capture",
+             "num_scheduler_steps", "compilation_config")
 _SHOWN = {"model", "model_tag", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "dtype",
           "kv_cache_dtype", "quantization"}
 
@@ -67,6 +77,8 @@ def _environment(ctx: dict[str, Any]) -> list[str]:
     if parts:
         out.append("**Environment:** " + " · ".join(parts))
     args = {k: v for k, v in (ctx.get("args") or {}).items() if k not in _SHOWN and v is not None}
+    if len(args) > FULL_DUMP:  # an old `Namespace(...)` dump lists every setting: keep the ones that matter
+        args = {k: v for k, v in args.items() if k in KEY_FLAGS and v is not False and v not in ("", [], {})}
     if args:
         shown = list(args.items())[:MAX_FLAGS]
         flags = " ".join(code(f"--{k.replace('_', '-')}" + ("" if v is True else f" {_plain(v)}"))
@@ -81,7 +93,12 @@ def _environment(ctx: dict[str, Any]) -> list[str]:
 
 
 def _plain(value: Any) -> str:
-    text = _fmt(value) if not isinstance(value, float) else f"{value:g}"
+    if isinstance(value, float):
+        text = f"{value:g}"
+    elif isinstance(value, (list, dict)):
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    else:
+        text = str(value)
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
