@@ -61,7 +61,7 @@ def _group(hits: list[Hit]) -> list[list[Hit]]:
             head = group[0]
             if head.rule.id != hit.rule.id:
                 continue
-            if hit.rule.aggregate or _compatible(_merged_facts(group), hit.facts):
+            if hit.rule.aggregate or _compatible(_merged_facts(group), hit.facts) or _other_rank(group, hit):
                 group.append(hit)
                 break
         else:
@@ -69,9 +69,16 @@ def _group(hits: list[Hit]) -> list[list[Hit]]:
     return groups
 
 
+def _other_rank(group: list[Hit], hit: Hit) -> bool:
+    """The same failure on another tensor-parallel rank (its own numbers) is the same finding."""
+    ranks = {h.line.rank for h in group}
+    return hit.line.rank is not None and None not in ranks and hit.line.rank not in ranks
+
+
 def _merged_facts(group: list[Hit]) -> dict[str, Any]:
+    """Facts of a group; where ranks disagree, the lowest rank's numbers win (rank 0 is the reference)."""
     facts: dict[str, Any] = {}
-    for h in group:
+    for h in sorted(group, key=lambda h: (h.line.rank if h.line.rank is not None else -1, h.line.number)):
         for k, v in h.facts.items():
             facts.setdefault(k, v)
     return facts
@@ -201,8 +208,9 @@ class Advisor:
             anchor = specific[0] if specific else first
             evidence = _evidence(group)
             ranks = sorted({h.line.rank for h in group if h.line.rank is not None})
+            stage = anchor.stage if (anchor.stage in rule.stage_choices or not rule.stage) else rule.stage
             finding = Finding(
-                rule=rule, severity=rule.severity, stage=rule.stage or anchor.stage,
+                rule=rule, severity=rule.severity, stage=stage,
                 fine_stage=rule.fine_stage or anchor.fine_stage, line=anchor.line.number,
                 end_line=max(anchor.end_line, anchor.line.number), evidence=evidence, facts=facts,
                 ranks=ranks, occurrences=len(group), generic=not specific,

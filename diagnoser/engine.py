@@ -57,6 +57,7 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
                 on_hit(hit)
             seen = len(matcher.hits)
     hits = matcher.finish()
+    tracker.finish()
     if on_hit is not None:
         for hit in hits[seen:]:
             on_hit(hit)

@@ -100,7 +100,8 @@ class Rule:
     id: str
     title: str
     severity: str
-    stage: str | None
+    stage: str | None  #: the failure's stage; None: taken from the log
+    stage_choices: tuple[str, ...]  #: a list in YAML: the log's stage when it is one of these, else the first
     fine_stage: str | None
     patterns: list[Pattern]
     extractors: list[Extractor]
@@ -221,8 +222,10 @@ def parse_rule(data: Any, path: str) -> Rule:
     if severity not in SEVERITIES:
         raise RuleError(path, "severity", f"{severity!r}; one of {', '.join(SEVERITIES)}")
     stage = data.get("stage")
-    if stage is not None and stage not in STAGES:
-        raise RuleError(path, "stage", f"{stage!r}; one of {', '.join(STAGES)} (or omit: taken from the log)")
+    stage_list = list(stage) if isinstance(stage, list) else ([stage] if stage is not None else [])
+    for s in stage_list:
+        if s not in STAGES:
+            raise RuleError(path, "stage", f"{s!r}; one of {', '.join(STAGES)} (or omit: taken from the log)")
     env = template_env()
 
     patterns: list[Pattern] = []
@@ -276,7 +279,8 @@ def parse_rule(data: Any, path: str) -> Rule:
             raise RuleError(path, f"aggregate.{name}", f"{how!r}; one of {', '.join(AGGREGATES)}")
 
     rule = Rule(
-        id=rid, title=_require(data, "title", str, path), severity=severity, stage=stage,
+        id=rid, title=_require(data, "title", str, path), severity=severity,
+        stage=stage_list[0] if stage_list else None, stage_choices=tuple(stage_list),
         fine_stage=data.get("fine_stage"), patterns=patterns, extractors=extractors, facts=facts,
         derive=dict(data.get("derive") or {}), when=data.get("when"), aggregate=aggregate,
         advice=_require(data, "advice", str, path), summary=data.get("summary"), fixes=[],

@@ -66,6 +66,8 @@ class Context:
     max_running_reqs: int | None = None
     max_waiting_reqs: int | None = None
     args: dict[str, Any] = field(default_factory=dict)
+    #: settings the log did not print but that are known from the release's defaults
+    defaults: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The fields that the log set (for JSON and templates)."""
@@ -74,7 +76,7 @@ class Context:
             value = getattr(self, f.name)
             if value is None or value == {} or (f.name in ("engine_ready", "server_started") and not value):
                 continue
-            if f.name == "stats_lines" and not value:
+            if f.name in ("stats_lines", "defaults") and not value:
                 continue
             out[f.name] = value
         return out
@@ -219,6 +221,7 @@ class Tracker:
         self._procs: dict[str, _Proc] = {}
         self._marks, self._frames = load_landmarks()
         self._lowered = [(m, [k.lower() for k in m.keywords]) for m in self._marks]
+        self._nondefault_seen = False
 
     def observe(self, line: Line) -> str | None:
         """Update stage and context from one line; return the fine stage that applies to it."""
@@ -261,6 +264,7 @@ class Tracker:
                     continue
                 if name == "settings":
                     self._settings(parse_settings(raw), engine_line=mark.stage == "config")
+                    self._nondefault_seen |= text.lstrip().startswith("non-default args")
                 elif name in ("version", "model", "gpu_name", "platform"):
                     setattr(ctx, name, raw.strip())
                 else:
@@ -277,6 +281,17 @@ class Tracker:
             self._stats(text)
         if ctx.engine is None and ctx.version:
             ctx.engine = "V1" if _version_tuple(ctx.version) >= (0, 11) else None
+
+    def finish(self) -> Context:
+        """Fill what the release's defaults say when the log listed only non-default args."""
+        ctx = self.context
+        if self._nondefault_seen and ctx.version and ctx.gpu_memory_utilization is None:
+            from .memory import default_gpu_memory_utilization, version_tuple
+
+            ctx.gpu_memory_utilization = default_gpu_memory_utilization(version_tuple(ctx.version))
+            ctx.defaults.append(f"gpu_memory_utilization={ctx.gpu_memory_utilization} "
+                                f"(not in non-default args: vLLM {ctx.version}'s default)")
+        return ctx
 
     def _advances(self, stage: str) -> bool:
         """Stages only move forward, except a new start-up (args or engine init) which restarts them."""

@@ -1,0 +1,58 @@
+"""Every fixture log diagnoses to its expected primary rule, stage and numbers (fixtures/expected.yaml)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from diagnoser.engine import diagnose
+
+from .conftest import FIXTURES
+
+#: contract fact name -> the Context field that holds the same number
+ALIASES = {"available_gib": "available_kv_cache_gib"}
+CASES = yaml.safe_load((FIXTURES / "expected.yaml").read_text())
+
+
+def _close(want, got) -> bool:
+    if isinstance(want, bool) or not isinstance(want, (int, float)):
+        return str(want) == str(got)
+    return isinstance(got, (int, float)) and math.isclose(float(got), float(want), rel_tol=0.011, abs_tol=0.011)
+
+
+def run(case):
+    with open(FIXTURES / case["file"], "rb") as fh:
+        return diagnose(fh, case["file"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_fixture_primary_rule_and_stage(case):
+    report = run(case)
+    serious = [f for f in report.findings if f.severity in ("error", "warning")]
+    if case["rule"] == "healthy":
+        assert serious == [], [f.rule.id for f in serious]
+        return
+    assert report.findings, "no finding"
+    primary = report.findings[0]
+    assert primary.rule.id == case["rule"], [f.rule.id for f in report.findings]
+    assert primary.stage == case["stage"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.get("facts") or c.get("context")],
+                         ids=[c["file"] for c in CASES if c.get("facts") or c.get("context")])
+def test_fixture_numbers(case):
+    report = run(case)
+    facts = dict(report.findings[0].facts) if report.findings and case["rule"] != "healthy" else {}
+    ctx = report.context.as_dict()
+    missing = []
+    for name, want in (case.get("facts") or {}).items():
+        got = facts.get(name, ctx.get(name))
+        if not _close(want, got):
+            missing.append(f"{name}: want {want!r}, got {got!r}")
+    for name, want in (case.get("context") or {}).items():
+        got = ctx.get(ALIASES.get(name, name), ctx.get(name, facts.get(name)))
+        if not _close(want, got):
+            missing.append(f"context {name}: want {want!r}, got {got!r}")
+    assert missing == []
