@@ -22,6 +22,20 @@ SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 #: Settings never carried into a suggested command (secrets, and values that only restate the model).
 COMMAND_SKIP = {"model", "model_tag", "api_key", "hf_token", "token", "served_model_name_internal"}
 MAX_EVIDENCE = 6
+#: From a full Namespace(...) dump (old releases), the settings worth repeating in a suggested command.
+NAMESPACE_KEEP = {
+    "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "dtype",
+    "kv_cache_dtype", "quantization", "max_num_seqs", "max_num_batched_tokens", "enforce_eager",
+    "trust_remote_code", "enable_chunked_prefill", "cpu_offload_gb", "swap_space", "block_size",
+    "served_model_name", "port", "enable_prefix_caching",
+}
+#: Values that every release used as the default: repeating them in a command only adds noise.
+PLAIN_DEFAULTS = {"port": 8000, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "block_size": 16,
+                  "swap_space": 4, "cpu_offload_gb": 0, "dtype": "auto", "kv_cache_dtype": "auto"}
+#: Server-only settings: not arguments of the Python LLM(...) class.
+SERVER_ONLY = {"port", "host", "served_model_name", "api_key", "uvicorn_log_level", "ssl_keyfile", "ssl_certfile",
+               "allowed_origins", "chat_template", "enable_auto_tool_choice", "tool_call_parser", "root_path",
+               "disable_log_requests", "response_role", "middleware"}
 
 
 @dataclass
@@ -128,14 +142,16 @@ def _drop_shadowed(hits: list[Hit]) -> list[Hit]:
 def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
     """The corrected `vllm serve` command and its Python LLM(...) spelling, from the log's settings."""
     settings: dict[str, Any] = {}
+    full_dump = ctx.args_source == "namespace"
     for key, value in ctx.args.items():
         if key in COMMAND_SKIP or value is None or value is False:
             continue
+        # a Namespace(...) dump lists every default too: keep only what shapes memory and the model
+        if full_dump and (key not in NAMESPACE_KEEP or value in ("None", "", [], {})):
+            continue
+        if key in PLAIN_DEFAULTS and value == PLAIN_DEFAULTS[key]:
+            continue
         settings[key] = value
-    for key in ("max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "dtype",
-                "kv_cache_dtype", "quantization", "max_num_seqs"):
-        if key not in settings and key in ctx.args:
-            settings[key] = ctx.args[key]
     env: list[str] = []
     for fix in fixes:
         if fix.get("env"):
@@ -157,7 +173,8 @@ def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
         flag = "--" + key.replace("_", "-")
         if value is True:
             parts.append(flag)
-            py_args.append(f"{key}=True")
+            if key not in SERVER_ONLY:
+                py_args.append(f"{key}=True")
             continue
         text = value if isinstance(value, str) else _plain(value)
         if isinstance(value, (dict, list)):
@@ -165,7 +182,8 @@ def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
 
             text = json.dumps(value)
         parts.extend([flag, shlex.quote(str(text))])
-        py_args.append(f"{key}={value!r}")
+        if key not in SERVER_ONLY:
+            py_args.append(f"{key}={value!r}")
     return " ".join(parts), f"LLM({', '.join(py_args)})"
 
 

@@ -66,6 +66,8 @@ class Context:
     max_running_reqs: int | None = None
     max_waiting_reqs: int | None = None
     args: dict[str, Any] = field(default_factory=dict)
+    #: where `args` came from: "non-default" (V1 'non-default args') or "namespace" (a full argparse dump)
+    args_source: str | None = None
     #: settings the log did not print but that are known from the release's defaults
     defaults: list[str] = field(default_factory=list)
 
@@ -264,7 +266,11 @@ class Tracker:
                     continue
                 if name == "settings":
                     self._settings(parse_settings(raw), engine_line=mark.stage == "config")
-                    self._nondefault_seen |= text.lstrip().startswith("non-default args")
+                    if text.lstrip().startswith("non-default args"):
+                        self._nondefault_seen = True
+                        ctx.args_source = "non-default"
+                    elif text.lstrip().startswith("args: Namespace"):
+                        ctx.args_source = "namespace"
                 elif name in ("version", "model", "gpu_name", "platform"):
                     setattr(ctx, name, raw.strip())
                 else:
