@@ -199,6 +199,17 @@ def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path
     return value
 
 
+def _check_mapping(item: Any, allowed: set[str], path: str, key: str, shape: str) -> dict[str, Any]:
+    """A mapping whose keys are all known; else a RuleError naming the first unknown key."""
+    if not isinstance(item, dict):
+        raise RuleError(path, key, shape)
+    bad = sorted(set(item) - allowed)
+    if bad:
+        raise RuleError(path, f"{key}.{bad[0]}" if key != "(top)" else bad[0],
+                        f"unknown key; allowed: {', '.join(sorted(allowed))}")
+    return item
+
+
 def _compile(source: str, path: str, key: str) -> regex.Pattern[str]:
     try:
         return regex.compile(source, regex.V0)
@@ -208,11 +219,7 @@ def _compile(source: str, path: str, key: str) -> regex.Pattern[str]:
 
 def parse_rule(data: Any, path: str) -> Rule:
     """Validate one rule document and build the Rule."""
-    if not isinstance(data, dict):
-        raise RuleError(path, "(top)", "a rule file holds one mapping (id, title, severity, match, ...)")
-    unknown = sorted(set(data) - RULE_KEYS)
-    if unknown:
-        raise RuleError(path, unknown[0], f"unknown key; allowed: {', '.join(sorted(RULE_KEYS))}")
+    _check_mapping(data, RULE_KEYS, path, "(top)", "a rule file holds one mapping (id, title, severity, match, ...)")
     rid = _require(data, "id", str, path)
     if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", rid):
         raise RuleError(path, "id", f"{rid!r} is not kebab-case")
@@ -231,11 +238,7 @@ def parse_rule(data: Any, path: str) -> Rule:
     patterns: list[Pattern] = []
     for i, item in enumerate(_require(data, "match", list, path)):
         key = f"match[{i}]"
-        if not isinstance(item, dict):
-            raise RuleError(path, key, "each match entry is a mapping with phrase: or regex:")
-        bad = sorted(set(item) - PATTERN_KEYS)
-        if bad:
-            raise RuleError(path, f"{key}.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(PATTERN_KEYS))}")
+        _check_mapping(item, PATTERN_KEYS, path, key, "each match entry is a mapping with phrase: or regex:")
         phrase, rx = item.get("phrase"), item.get("regex")
         if bool(phrase) == bool(rx):
             raise RuleError(path, key, "give exactly one of phrase: or regex:")
@@ -311,11 +314,7 @@ def parse_rule(data: Any, path: str) -> Rule:
 
     for i, item in enumerate(data.get("fixes") or []):
         key = f"fixes[{i}]"
-        if not isinstance(item, dict):
-            raise RuleError(path, key, "each fix is a mapping: flag, value, reason[, when]")
-        bad = sorted(set(item) - FIX_KEYS)
-        if bad:
-            raise RuleError(path, f"{key}.{bad[0]}", f"unknown key; allowed: {', '.join(sorted(FIX_KEYS))}")
+        _check_mapping(item, FIX_KEYS, path, key, "each fix is a mapping: flag, value, reason[, when]")
         fix = Fix(flag=item.get("flag"), value=str(item.get("value", "")), reason=str(item.get("reason", "")),
                   when=item.get("when"), env=item.get("env"))
         if not fix.flag and not fix.env:
@@ -329,18 +328,13 @@ def parse_rule(data: Any, path: str) -> Rule:
     cases = data.get("cases")
     if not isinstance(cases, dict) or not cases.get("match"):
         raise RuleError(path, "cases", "every rule needs cases.match (lines it must match) and cases.near_miss")
-    bad = sorted(set(cases) - CASE_KEYS)
-    if bad:
-        raise RuleError(path, f"cases.{bad[0]}", "unknown key; allowed: match, near_miss")
+    _check_mapping(cases, CASE_KEYS, path, "cases", "cases is a mapping: match, near_miss")
     if not cases.get("near_miss"):
         raise RuleError(path, "cases.near_miss", "at least one near-miss line that must not match")
     for i, case in enumerate(cases["match"]):
-        if not isinstance(case, dict) or "text" not in case:
-            raise RuleError(path, f"cases.match[{i}]", "each case is a mapping with text: (and facts:)")
-        bad = sorted(set(case) - MATCH_CASE_KEYS)
-        if bad:
-            raise RuleError(path, f"cases.match[{i}].{bad[0]}",
-                            f"unknown key; allowed: {', '.join(sorted(MATCH_CASE_KEYS))}")
+        _check_mapping(case, MATCH_CASE_KEYS, path, f"cases.match[{i}]", "each case is a mapping with text: (and facts:)")
+        if "text" not in case:
+            raise RuleError(path, f"cases.match[{i}].text", "missing: the line(s) the rule must match")
     rule.cases = {"match": list(cases["match"]), "near_miss": list(cases["near_miss"])}
     return rule
 
