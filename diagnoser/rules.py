@@ -332,7 +332,7 @@ def parse_rule(data: Any, path: str) -> Rule:
     if not cases.get("near_miss"):
         raise RuleError(path, "cases.near_miss", "at least one near-miss line that must not match")
     for i, case in enumerate(cases["match"]):
-        _check_mapping(case, MATCH_CASE_KEYS, path, f"cases.match[{i}]", "each case is a mapping with text: (and facts:)")
+        _check_mapping(case, MATCH_CASE_KEYS, path, f"cases.match[{i}]", "each case is a mapping: text, facts")
         if "text" not in case:
             raise RuleError(path, f"cases.match[{i}].text", "missing: the line(s) the rule must match")
     rule.cases = {"match": list(cases["match"]), "near_miss": list(cases["near_miss"])}
