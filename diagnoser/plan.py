@@ -66,6 +66,15 @@ class ServeCommand:
     env: dict[str, str] = field(default_factory=dict)    # VAR=value words before the command
 
 
+class VllmRejects(click.UsageError):
+    """What vLLM itself would refuse at the command line (argparse errors, invalid values): exit 2 for a command
+    given on the planner's command line, "will not start" (exit 1 with --check) for a launch config file."""
+
+
+class MissingInput(click.UsageError):
+    """No model or no GPU to plan for (exit 2)."""
+
+
 def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeCommand:
     """Parse `vllm serve MODEL --flag value --flag=value ...`; unknown flags fail like argparse would."""
     cmd = ServeCommand()
@@ -113,7 +122,7 @@ def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeComman
                              f"arguments: {name}'; from 0.5.1 vLLM accepts it as {hyphen}. Write {hyphen}.")
         if flag.until and version >= mem.version_tuple(flag.until):
             became = f"; use {flag.renamed_to}" if flag.renamed_to else ""
-            raise click.UsageError(
+            raise VllmRejects(
                 f"{cmd.prog}: error: unrecognized arguments: {name} ({flag.name} was removed in vLLM "
                 f"{flag.until}{became}; planning for vLLM {'.'.join(map(str, version))}, see --vllm-version)")
         if flag.since and version < mem.version_tuple(flag.since):
@@ -121,7 +130,7 @@ def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeComman
         if flag.value:
             if not eq:
                 if i >= len(toks):
-                    raise click.UsageError(f"{cmd.prog}: error: argument {name}: expected one argument")
+                    raise VllmRejects(f"{cmd.prog}: error: argument {name}: expected one argument")
                 raw = toks[i]
                 i += 1
             value: Any = raw
@@ -141,7 +150,7 @@ def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeComman
                 guess, score = closest_flag(tok.split("=", 1)[0])
                 if guess and score >= 70:
                     hints.append(f"did you mean {guess}?")
-        raise click.UsageError(msg + (" (" + "; ".join(hints) + ")" if hints else ""))
+        raise VllmRejects(msg + (" (" + "; ".join(hints) + ")" if hints else ""))
     return cmd
 
 
@@ -316,6 +325,9 @@ def _pick(*values: Any) -> Any:
               "--min-concurrency; 0 otherwise.")
 @click.option("--min-concurrency", type=float, default=None, help="Requests of --max-model-len that must fit "
               "at once (with --check).")
+@click.option("--from-file", "from_file", is_flag=True, help="The arguments are launch config files: shell "
+              "scripts running `vllm serve` (also Dockerfiles, compose files, Kubernetes manifests) or vLLM YAML "
+              "configs (`vllm serve --config`). A comment `# vllm-doctor: gpu=L4` in a file pins its GPU.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def plan(**opts: Any) -> None:
     """Predict whether a vLLM configuration starts, and size its KV cache.
@@ -324,6 +336,7 @@ def plan(**opts: Any) -> None:
       vllm-doctor plan --model llama-3.1-8b --gpu L4 --max-model-len 16384
       vllm-doctor plan --gpu L4 -- vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 16384
       vllm-doctor plan --log server.log          measured numbers replace the estimates
+      vllm-doctor plan --check --gpu L4 --from-file deploy/serve-vllm.sh deploy/vllm.yaml
     """
     code = run_plan(opts)
     sys.exit(code)
@@ -331,14 +344,41 @@ def plan(**opts: Any) -> None:
 
 def run_plan(opts: dict[str, Any]) -> int:
     """The plan command's body; returns the exit code."""
-    version = mem.version_tuple(opts["vllm_version"])
+    if opts.get("from_file"):
+        return run_from_files(opts)
     tokens = list(opts["command"] or ())
     if tokens and tokens[0] == "--":
         tokens = tokens[1:]
     first = next((t for t in tokens if not re.fullmatch(r"[A-Za-z_]\w*=.*|env", t)), "")
     if tokens and not (first in ("vllm", "python", "python3") or first.endswith("/vllm")):
         raise click.UsageError(f"unexpected argument {first!r}; put a vLLM command after '--' "
-                               "(vllm-doctor plan --gpu L4 -- vllm serve MODEL ...)")
+                               "(vllm-doctor plan --gpu L4 -- vllm serve MODEL ...), or plan launch config "
+                               "files with --from-file")
+    planned = plan_config(opts, tokens)
+    if opts["fmt"] == "json":
+        click.echo(json.dumps(planned.data, indent=2))
+    else:
+        click.echo(planned.text, nl=False)
+    if opts["check"]:
+        return 0 if planned.ok else 1
+    return 0
+
+
+@dataclass
+class Planned:
+    """One planned configuration: the JSON data, the text report, and whether --check passes."""
+
+    data: dict[str, Any]
+    text: str
+    ok: bool
+    verdict: Verdict
+    res: mem.PlanResult
+
+
+def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] | tuple[str, ...] = ()
+                ) -> Planned:
+    """Plan one configuration: the planner's options, and a `vllm serve ...` command line (may be empty)."""
+    version = mem.version_tuple(opts["vllm_version"])
     cmd = parse_serve(tokens, version) if tokens else ServeCommand()
     cv = cmd.values
     ctx = _from_log(opts["log_path"]) if opts["log_path"] else None
@@ -348,8 +388,8 @@ def run_plan(opts: dict[str, Any]) -> int:
 
     model_ref = _pick(opts["model_ref"], cmd.model, lg("model"))
     if not model_ref:
-        raise click.UsageError("no model: give --model NAME (a preset, repo id or config.json), a "
-                               "`-- vllm serve MODEL ...` command, or a --log that names it")
+        raise MissingInput("no model: give --model NAME (a preset, repo id or config.json), a "
+                           "`-- vllm serve MODEL ...` command, or a --log that names it")
     spec: ModelSpec = load_model(str(model_ref))
     if opts["gpu_name"] and opts["gpu_memory"]:
         raise click.UsageError("give --gpu or --gpu-memory, not both")
@@ -362,7 +402,7 @@ def run_plan(opts: dict[str, Any]) -> int:
         gpu = GpuSpec(f"{lg('gpu_total_gib')} GiB GPU (from the log)", float(lg("gpu_total_gib")) * mem.GIB, None,
                       "measured: total_gpu_memory in the log")
     else:
-        raise click.UsageError("no GPU: give --gpu NAME (e.g. L4, A100-80GB, H100) or --gpu-memory SIZE (e.g. 24GiB)")
+        raise MissingInput("no GPU: give --gpu NAME (e.g. L4, A100-80GB, H100) or --gpu-memory SIZE (e.g. 24GiB)")
 
     def num(flag: str, conv: Any) -> Any:
         raw = cv.get(flag)
@@ -371,12 +411,18 @@ def run_plan(opts: dict[str, Any]) -> int:
         try:
             return conv(raw)
         except (ValueError, click.UsageError):
-            raise click.UsageError(f"{flag}: {raw!r} is not a valid value") from None
+            raise VllmRejects(f"{cmd.prog}: error: argument {flag}: invalid value: {raw!r}") from None
 
     util = _pick(opts["gpu_memory_utilization"], num("--gpu-memory-utilization", float),
                  num("--device-memory-utilization", float), lg("gpu_memory_utilization"))
     max_len_raw = _pick(opts["max_model_len"], cv.get("--max-model-len"))
-    max_len = parse_len(max_len_raw) if max_len_raw is not None else lg("max_model_len")
+    try:
+        max_len = parse_len(max_len_raw) if max_len_raw is not None else lg("max_model_len")
+    except click.UsageError:
+        if opts["max_model_len"] is None:
+            raise VllmRejects(f"{cmd.prog}: error: argument --max-model-len: invalid value: {max_len_raw!r} "
+                              "(write 16384 or 16K)") from None
+        raise
     if max_len is not None and max_len <= 0:
         max_len = None  # -1 / auto: vLLM 0.14+ fits the length to memory; plan the model's maximum
     kv_dtype = _pick(opts["kv_cache_dtype"], cv.get("--kv-cache-dtype"), lg("kv_cache_dtype"), "auto")
@@ -398,10 +444,13 @@ def run_plan(opts: dict[str, Any]) -> int:
         engine = ctx.engine
     weights = parse_size(opts["weights"]) if opts["weights"] else None
     overhead = parse_size(opts["overhead"]) if opts["overhead"] else None
-    kv_fixed = parse_size(cv["--kv-cache-memory-bytes"]) if cv.get("--kv-cache-memory-bytes") else None
-    if kv_fixed is not None and re.fullmatch(r"\d+", str(cv["--kv-cache-memory-bytes"])):
-        kv_fixed = float(cv["--kv-cache-memory-bytes"])
-    offload = parse_size(cv["--cpu-offload-gb"]) if cv.get("--cpu-offload-gb") else 0.0
+    try:
+        kv_fixed = parse_size(cv["--kv-cache-memory-bytes"]) if cv.get("--kv-cache-memory-bytes") else None
+        if kv_fixed is not None and re.fullmatch(r"\d+", str(cv["--kv-cache-memory-bytes"])):
+            kv_fixed = float(cv["--kv-cache-memory-bytes"])
+        offload = parse_size(cv["--cpu-offload-gb"]) if cv.get("--cpu-offload-gb") else 0.0
+    except click.UsageError as exc:
+        raise VllmRejects(f"{cmd.prog}: error: {exc.format_message()}") from None
     measured: dict[str, float] = {}
     if ctx is not None:
         if weights is None and lg("weights_gib") is not None:
@@ -415,7 +464,7 @@ def run_plan(opts: dict[str, Any]) -> int:
         if lg("available_kv_cache_gib") is not None and util == lg("gpu_memory_utilization"):
             measured["kv_cache"] = float(lg("available_kv_cache_gib")) * mem.GIB
     if not (0 < (util if util is not None else 0.5) <= 1):
-        raise click.UsageError(f"--gpu-memory-utilization {util}: must be above 0 and at most 1")
+        raise VllmRejects(f"--gpu-memory-utilization {util}: must be above 0 and at most 1")
     if quant and spec.arch.quantization and quant != spec.arch.quantization:
         spec.notes.append(f"--quantization {quant} replaces the checkpoint's {spec.arch.quantization}")
     inp = mem.PlanInput(
@@ -469,16 +518,162 @@ def run_plan(opts: dict[str, Any]) -> int:
                      "available_kv_cache_gib": lg("available_kv_cache_gib"), "weights_gib": lg("weights_gib")}
         if ctx is not None else None,
         "assumptions": assumptions, "what_if": rows, "lengths": lengths, "command": command,
-        "command_note": fix_note, "notes": cmd.notes + spec.notes,
+        "command_note": fix_note, "notes": [*extra_notes, *cmd.notes, *spec.notes],
     }
-    if opts["fmt"] == "json":
-        click.echo(json.dumps(data, indent=2))
-    else:
-        click.echo(_template().render(d=data, res=res, inp=inp, arch=spec.arch, gpu=gpu, verdict=verdict,
-                                      formula=kv_formula(res, inp), mem=mem), nl=False)
-    if opts["check"]:
-        return 0 if ok else 1
-    return 0
+    text = ""
+    if opts["fmt"] != "json":
+        text = _template().render(d=data, res=res, inp=inp, arch=spec.arch, gpu=gpu, verdict=verdict,
+                                  formula=kv_formula(res, inp), mem=mem)
+    return Planned(data, text, ok, verdict, res)
+
+
+# --- --from-file: launch config files (the pre-commit hook) -----------------------------------------------------
+
+NO_GPU_HINT = ("give --gpu NAME or --gpu-memory SIZE on the command line (in the pre-commit hook: "
+               "args: [--gpu, L4]), or pin it in the file with a comment '# vllm-doctor: gpu=L4'")
+
+
+def _file_opts(opts: dict[str, Any], pins: dict[str, str]) -> tuple[dict[str, Any], str]:
+    """The planner's options for one file: its `# vllm-doctor:` pins win over the command line."""
+    out = dict(opts)
+    source = "command line"
+    if "gpu" in pins or "gpu-memory" in pins:
+        if "gpu" in pins and "gpu-memory" in pins:
+            raise click.UsageError("the vllm-doctor comment pins both gpu= and gpu-memory=; keep one")
+        out["gpu_name"], out["gpu_memory"] = pins.get("gpu"), pins.get("gpu-memory")
+        source = "pinned in the file"
+        if out["gpu_name"]:
+            load_gpu(out["gpu_name"])
+        else:
+            parse_size(out["gpu_memory"])
+    if "model" in pins:
+        out["model_ref"] = pins["model"]
+    if "vllm-version" in pins:
+        if not re.fullmatch(r"\d+(\.\d+){0,2}|latest", pins["vllm-version"]):
+            raise click.UsageError(f"vllm-version={pins['vllm-version']} in the vllm-doctor comment is not a "
+                                   "release number (write vllm-version=0.8.5)")
+        out["vllm_version"] = pins["vllm-version"]
+    return out, source
+
+
+def _summary_line(label: str, entry: dict[str, Any]) -> str:
+    """`path: starts, 1.87 requests of 16,384 at once (L4)` / `path: will not start: why (L4)`."""
+    gpu = f" ({entry['gpu']})" if entry.get("gpu") else ""
+    if not entry["starts"]:
+        return f"{label}: will not start: {entry['why']}{gpu}"
+    conc, length = entry["max_concurrency"], entry["max_model_len"]
+    if not entry["check_passed"]:
+        return (f"{label}: starts, but only {conc:.2f} requests of {length:,} at once, below --min-concurrency "
+                f"{entry['min_concurrency']:g}{gpu}")
+    return f"{label}: starts, {conc:.2f} requests of {length:,} at once{gpu}"
+
+
+def run_from_files(opts: dict[str, Any]) -> int:
+    """`plan --from-file FILE...`: plan every vLLM launch in the files; exit 2 > 1 > 0 over all of them."""
+    from .launchfile import LaunchFileError, read_launch_file
+
+    paths = [p for p in (opts["command"] or ()) if p != "--"]
+    if not paths:
+        raise click.UsageError("--from-file: give one or more launch config files (a `vllm serve` script, "
+                               "a vLLM YAML config, ...)")
+    if opts["gpu_name"] and opts["gpu_memory"]:
+        raise click.UsageError("give --gpu or --gpu-memory, not both")
+    if opts["gpu_name"]:
+        load_gpu(opts["gpu_name"])                  # an unknown name: one error, not one per file
+    if opts["gpu_memory"]:
+        parse_size(opts["gpu_memory"])
+    util = opts["gpu_memory_utilization"]
+    if util is not None and not 0 < util <= 1:
+        raise click.UsageError(f"--gpu-memory-utilization {util}: must be above 0 and at most 1")
+    if opts["max_model_len"] is not None:
+        parse_len(opts["max_model_len"])
+
+    entries: list[dict[str, Any]] = []
+    reports: list[str] = []
+    summaries: list[str] = []
+    errors = failed = False
+    text, check = opts["fmt"] != "json", opts["check"]
+
+    def error(label: str, message: str) -> None:
+        nonlocal errors
+        errors = True
+        click.echo(f"vllm-doctor: error: {label}: {message}", err=True)
+        entries.append({"file": label, "error": message})
+
+    for path in paths:
+        try:
+            lf = read_launch_file(path)
+        except LaunchFileError as exc:
+            error(path, str(exc))
+            continue
+        if lf.skip_reason:
+            click.echo(f"vllm-doctor: {path}: skipped: {lf.skip_reason}", err=True)
+            entries.append({"file": path, "skipped": lf.skip_reason})
+            continue
+        try:
+            fopts, gpu_source = _file_opts(opts, lf.pins)
+        except click.ClickException as exc:
+            error(path, exc.format_message())
+            continue
+        if not (fopts["gpu_name"] or fopts["gpu_memory"] or fopts["log_path"]):
+            error(path, f"no GPU to plan for: {NO_GPU_HINT}")
+            continue
+        for launch in lf.launches:
+            label = path if len(lf.launches) == 1 else f"{path}:{launch.line}"
+            where = {"file": path, "line": launch.line, "kind": launch.kind, "gpu_source": gpu_source}
+            lopts, notes = fopts, list(launch.notes)
+            if launch.image_version and fopts["vllm_version"] == "latest":
+                lopts = {**fopts, "vllm_version": launch.image_version}
+                notes.append(f"planned for vLLM {launch.image_version}, the release of the image {launch.image}")
+            try:
+                planned = plan_config(lopts, launch.tokens, notes)
+            except VllmRejects as exc:
+                entry = {**where, "starts": False, "fits": False, "stage": "cli", "check_passed": False,
+                         "vllm_message": exc.format_message(), "why": exc.format_message(),
+                         "notes": notes, "gpu": fopts["gpu_name"] or fopts["gpu_memory"]}
+                failed = True
+                entries.append(entry)
+                summaries.append(_summary_line(label, entry))
+                reports.append("\n".join([summaries[-1], *(f"  note: {n}" for n in notes)]) +
+                               ("" if check else "\n"))
+                continue
+            except MissingInput as exc:
+                msg = exc.format_message()
+                if msg.startswith("no model"):
+                    msg = ("no model to plan: the launch names none, or only a variable; pin it with a comment "
+                           "'# vllm-doctor: model=NAME' (a preset, repo id or config.json path) or give --model")
+                error(label, msg)
+                continue
+            except click.ClickException as exc:
+                msg = exc.format_message()
+                if msg.startswith("unknown model"):
+                    msg += " Or pin the architecture with a comment '# vllm-doctor: model=NAME'."
+                error(label, msg)
+                continue
+            entry = {**where, **planned.data}
+            entries.append(entry)
+            failed = failed or not planned.ok
+            if not text:
+                continue
+            line = _summary_line(label, entry)
+            summaries.append(line)
+            if check:
+                extra = []
+                if not planned.ok and planned.data["command_note"] != "no change needed":
+                    extra.append(f"  fix ({planned.data['command_note']}): {planned.data['command']}")
+                extra += [f"  note: {n}" for n in notes]
+                reports.append("\n".join([line, *extra]))
+            else:
+                reports.append(f"== {line}\n\n{planned.text.rstrip()}\n")
+    if not text:
+        click.echo(json.dumps(entries, indent=2))
+    elif reports:
+        click.echo("\n".join(reports))
+        if not check and len(summaries) > 1:
+            click.echo("Summary:\n" + "\n".join(f"  {line}" for line in summaries))
+    if errors:
+        return 2
+    return 1 if check and failed else 0
 
 
 def _order_from(inp: mem.PlanInput, res: mem.PlanResult, opts: dict[str, Any]) -> list[tuple[str, str | None]]:
