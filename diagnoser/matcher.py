@@ -9,6 +9,7 @@ so a number split by a wrap still reads whole). A hit remembers the line's stage
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import deque
@@ -18,7 +19,7 @@ from typing import Any
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
-from .reader import FOLLOW, Line
+from .reader import FOLLOW, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, template_env
 from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
@@ -122,7 +123,7 @@ def derive_facts(rule: Rule, facts: dict[str, Any], ctx: dict[str, Any], ev: Eva
 
 
 class Matcher:
-    """Consumes (line, stage) pairs in order and collects hits; lines wait FOLLOW lines for their window."""
+    """Consumes (line, stage) pairs in order and collects hits; lines wait WRAP_MAX lines for their window."""
 
     def __init__(self, rules: list[Rule] | tuple[Rule, ...], ctx_source: Any = None) -> None:
         self.rules = list(rules)
@@ -137,7 +138,7 @@ class Matcher:
 
     def feed(self, line: Line, fine_stage: str | None) -> None:
         self._pending.append((line, fine_stage))
-        if len(self._pending) > FOLLOW:
+        if len(self._pending) > WRAP_MAX:
             self._match_first()
 
     def finish(self) -> list[Hit]:
@@ -148,19 +149,18 @@ class Matcher:
     # -- internals -----------------------------------------------------------------------------------
 
     def _window(self) -> list[Line]:
-        """The first pending line and the lines that continue its message (a wrapped paste)."""
+        """The first pending line and the lines that continue its message (a wrapped paste).
+
+        Up to FOLLOW lines continue a message; more only while each piece has the width of the first (a
+        hard wrap cuts every line of a message at the same column).
+        """
         first = self._pending[0][0]
         lines = [first]
-        for nxt, _ in list(self._pending)[1:]:
+        for nxt, _ in itertools.islice(self._pending, 1, None):
             prev = lines[-1]
-            if nxt.number not in (prev.number, prev.number + 1):
+            if not _continues(first, prev, nxt):
                 break
-            if nxt.proc_key != first.proc_key or nxt.level or nxt.user_content:
-                break
-            t = nxt.text.lstrip()
-            if not t or t.startswith(TRACEBACK_START) or FRAME.match(t) or is_exception_line(t):
-                break
-            if t.startswith(("^", "~")) or prev.text.rstrip().endswith(("^", "~")):
+            if len(lines) > FOLLOW and not _full_piece(prev, first):
                 break
             lines.append(nxt)
         return lines
@@ -172,11 +172,23 @@ class Matcher:
                 return
             low = line.text.lower()
             candidates = [(r, p, kws) for r, p, kws in self.entries if any(k in low for k in kws)]
+            window: list[Line] | None = None
             if not candidates:
-                return
-            window = self._window()
-            text = " ".join(w.text.strip() for w in window) if len(window) > 1 else line.text
-            processed: str | None = None
+                # a keyword may be cut in two by a wrap, or sit on the next piece of the message
+                if len(self._pending) < 2 or not _continues(line, line, self._pending[1][0]):
+                    return
+                window = self._window()
+                texts = joined_texts(window)
+                lows = [t.lower() for t in texts]
+                candidates = [(r, p, kws) for r, p, kws in self.entries
+                              if any(k in lw for lw in lows for k in kws)]
+                if not candidates:
+                    return
+            if window is None:
+                window = self._window()
+                texts = joined_texts(window) if len(window) > 1 else (line.text,)
+                lows = [t.lower() for t in texts] if len(window) > 1 else [low]
+            processed: list[str] | None = None
             stage = coarse(fine)
             ctx = self._ctx_source.as_dict() if self._ctx_source is not None else {}
             found: dict[str, Hit] = {}  # one hit per rule per line: the most specific pattern wins
@@ -186,17 +198,22 @@ class Matcher:
                 facts: dict[str, Any] = {}
                 score = 100.0
                 if pattern.regex is not None:
-                    m = pattern.regex.search(text)
+                    m = _on_line(pattern.regex, rule, line.text) if len(window) > 1 else None
+                    m = m or _search(pattern.regex, texts, None)
+                    if m is None and len(window) > 1:
+                        m = _search(_tolerant_of(pattern.regex), texts[:1], None)
                     if not m:
                         continue
                     facts.update(self._typed(rule, m.groupdict()))
                 else:
                     if processed is None:
-                        processed = default_process(_focus(text, low, kws, len(pattern.phrase or "")))
-                    score = phrase_score(pattern.phrase or "", processed, pattern.threshold)
+                        processed = [default_process(_focus(t, lw, kws, len(pattern.phrase or "")))
+                                     for t, lw in zip(texts, lows, strict=True)]
+                    score = max(phrase_score(pattern.phrase or "", pr, pattern.threshold) for pr in processed)
                     if not score:
                         continue
-                facts.update({k: v for k, v in self._extract(rule, text).items() if k not in facts})
+                extracted = self._extract(rule, texts, line.text if len(window) > 1 else None)
+                facts.update({k: v for k, v in extracted.items() if k not in facts})
                 names = derive_facts(rule, facts, ctx, self.ev)
                 scope = template_names(names, ctx)
                 if pattern.when and not self.ev.truth(pattern.when, scope):
@@ -212,12 +229,19 @@ class Matcher:
         finally:
             self._pending.popleft()
 
-    def _extract(self, rule: Rule, text: str) -> dict[str, Any]:
+    def _extract(self, rule: Rule, texts: tuple[str, ...] | list[str] | str,
+                 first_line: str | None = None) -> dict[str, Any]:
+        """Facts from the extract regexes: on the first line alone when it holds them whole, else on the
+        joined window (a number cut by a wrap), else allowing whitespace inserted anywhere."""
+        if isinstance(texts, str):
+            texts = (texts,)
         facts: dict[str, Any] = {}
         for ex in rule.extractors:
-            m = ex.pattern.search(text)
+            m = _on_line(ex.pattern, rule, first_line) if first_line is not None else None
             if m is None:
-                m = ex.tolerant.search(text) if len(text) < WINDOW_CHARS else None
+                m = _search(ex.pattern, texts, None)
+            if m is None and len(texts[0]) < WINDOW_CHARS:
+                m = ex.tolerant.search(texts[0])
             if m is None:
                 continue
             for name, value in self._typed(rule, m.groupdict()).items():
@@ -234,6 +258,97 @@ class Matcher:
             if value is not None and value != "":
                 out[name] = value
         return out
+
+
+def _continues(first: Line, prev: Line, nxt: Line) -> bool:
+    """Whether `nxt` can be the next piece of the message that `first` starts (`prev` is the piece before)."""
+    if nxt.number not in (prev.number, prev.number + 1):
+        return False
+    if nxt.level or nxt.user_content:
+        return False
+    if nxt.proc_key != first.proc_key:
+        # a terminal or chat window wraps the text after the tag: the pieces carry no tag of their own
+        if nxt.process is not None or nxt.rank is not None:
+            return False
+    elif first.level and nxt.process is not None:
+        # vLLM repeats its header on every line it logs: a tagged line without one is another write
+        return False
+    t = nxt.text.lstrip()
+    if not t or t.startswith(TRACEBACK_START) or FRAME.match(t) or is_exception_line(t) or _HEADER_START.match(t):
+        return False
+    return not (t.startswith(("^", "~")) or prev.text.rstrip().endswith(("^", "~")))
+
+
+def _full_piece(prev: Line, first: Line) -> bool:
+    """`prev` was cut at the same column as the first piece: the message goes on."""
+    width = len(first.raw.rstrip("\r\n"))
+    return width >= WRAP_MIN_WIDTH and len(prev.raw.rstrip("\r\n")) == width
+
+
+#: The start of a vLLM header that the prefix stripper did not take (the line was cut inside it).
+_HEADER_START = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:")
+_DIGIT_JOIN = re.compile(r"(?:\d|\d\.)$")
+
+
+def joined_texts(window: list[Line]) -> tuple[str, str]:
+    """The message of a wrapped window, two ways: `spaced` puts a space at each cut (a chat window wrapped
+    at a space and dropped it) except inside a number; `tight` joins the pieces as they are (a terminal cut
+    the line at a column, inside a word). Whitespace kept at a cut is kept in both."""
+    spaced = [window[0].text.strip()]
+    tight = [window[0].text.strip()]
+    for prev, nxt in zip(window, window[1:], strict=False):
+        piece = nxt.text.strip()
+        if not piece:
+            continue
+        kept_space = prev.raw[-1:].isspace() or nxt.text[:1].isspace()
+        left = spaced[-1]
+        in_number = bool(_DIGIT_JOIN.search(left)) and (piece[0].isdigit() or (
+            piece[0] == "." and piece[1:2].isdigit() and left[-1:].isdigit()))
+        spaced.append(piece if in_number and not kept_space else " " + piece)
+        tight.append(" " + piece if kept_space else piece)
+    return "".join(spaced), "".join(tight)
+
+
+NUMERIC = ("int", "float", "gib", "size", "bytes")
+
+
+def _on_line(pattern: Any, rule: Rule, text: str) -> Any:
+    """A match on the first line of a window, unless a number it captured runs into the line's end (the
+    number may go on in the next piece: the joined window decides). Text captures stop at the line's end,
+    so that the next, unrelated line (a shell prompt, chatter) never becomes part of them."""
+    m = pattern.search(text)
+    if m is None:
+        return None
+    end = len(text.rstrip())
+    for name, value in m.groupdict().items():
+        if value is None or m.end(name) < end:
+            continue
+        kind = rule.facts.get(name)
+        if kind in NUMERIC or (kind is None and re.fullmatch(r"[\d.,]+", value)):
+            return None
+    return m
+
+
+def _search(pattern: Any, texts: tuple[str, ...] | list[str], default: Any) -> Any:
+    for text in texts:
+        m = pattern.search(text)
+        if m is not None:
+            return m
+    return default
+
+
+_TOLERANT: dict[str, Any] = {}
+
+
+def _tolerant_of(pattern: Any) -> Any:
+    """A match regex that also allows whitespace inserted by a wrap (compiled once per pattern)."""
+    found = _TOLERANT.get(pattern.pattern)
+    if found is None:
+        import regex
+
+        found = _TOLERANT[pattern.pattern] = regex.compile(
+            f"(?:{pattern.pattern}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0 | (pattern.flags & regex.IGNORECASE))
+    return found
 
 
 def _content_words(text: str) -> list[str]:

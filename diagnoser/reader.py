@@ -22,6 +22,8 @@ from typing import BinaryIO
 BLOCK = 1 << 20          #: bytes read at a time
 MAX_LINE = 1 << 20       #: a longer line is handled in pieces of this size (same line number)
 FOLLOW = 3               #: lines kept after a keyword line, for wrapped messages
+WRAP_MAX = 12            #: more lines kept while they are pieces of one hard-wrapped message (equal widths)
+WRAP_MIN_WIDTH = 40      #: a terminal or chat window wraps at this many columns or more
 
 ANSI = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"            # CSI: colours, cursor moves
@@ -54,10 +56,26 @@ PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 #: Where a flattened log restarts a record: a process tag or a vLLM header not at the line start.
 RESTART = re.compile(
-    r"(?<=\S)(?:(?=" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?:") + ")"
-    + rf"|(?<!\))(?=\s?(?:{LEVELS}) \d\d-\d\d \d\d:\d\d:\d\d [\[\w]))"
+    r"(?<=\S)(?:(?=\s?" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?:") + ")"
+    + rf"|(?<!\))(?=\s?(?:{LEVELS}) \d\d-\d\d \d\d:\d\d:\d\d [\[\w])"
+    + rf"|(?=\s(?:{LEVELS}):\s{{2,}}\S))"  # uvicorn's 'INFO:     10.0.0.1:5000 - "POST ...'
+)
+#: More places where a flattened paste restarts a line, used only on text that is flattened for sure: raw
+#: traceback lines, exception lines, rank tags and timestamps have no vLLM header to split at.
+FLAT_RESTART = re.compile(
+    r"(?<=\S)(?=\s+(?:Traceback \(most recent call last\):|File \"[^\"]+\", line \d+, in "
+    r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt):\s|\[rank\d+\]:\s"
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d))"
 )
 RANK_IN_PROC = re.compile(r"(?:rank=|TP|rank)(\d+)")
+
+#: A line that starts a new log record (a vLLM header, maybe after a process tag, or a timestamp): never a
+#: piece of the line before it. Matched (anchored) at a line's offset in the raw bytes.
+RECORD_START = re.compile(
+    rb"(?:\x1b\[[\d;]*m)?(?:\([^)\n]{0,80}pid=\d+[^)\n]{0,40}\)(?:\x1b\[[\d;]*m)?\s*)?"
+    rb"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:)")
+#: A Markdown code fence line (```text, ~~~): chat formatting, never log content.
+FENCE = re.compile(r"^\s*(?:>\s*)*(?:`{3,}|~{3,})[\w+-]*\s*$")
 
 #: Lines that echo user content (prompts) must never be taken for vLLM's own messages.
 USER_CONTENT = re.compile(
@@ -110,18 +128,43 @@ def clean_text(text: str) -> str:
     return CONTROL.sub("", text)
 
 
+#: The line's own leading prefixes (a process tag, a vLLM header): no record restarts inside them.
+_LEAD = re.compile(r"(?:" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?:") + r"\s?)?"
+                   rf"(?:(?:{LEVELS}) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]\s]+:\d+\]|[\w./-]+:\d+\])\s?)?")
+#: Literal words that any restart point needs (a cheap test before the regexes run over a long line).
+_RESTART_WORDS = ("pid=", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "Traceback", ' File "', "Error: ",
+                  "Exception: ", "[rank", "Exit: ", "Interrupt: ")
+
+
 def split_flattened(text: str) -> list[str]:
-    """A log pasted onto one line restarts a record at each embedded prefix: split there."""
+    """A log pasted onto one line restarts a record at each embedded prefix: split there.
+
+    Once a line is known to be flattened (it holds more than one record), raw traceback lines, exception
+    lines, rank tags and timestamps are split off too.
+    """
     if len(text) < 60:
         return [text]
-    cuts = [m.start() for m in RESTART.finditer(text, 1)]
-    if not cuts:
-        return [text]
+    lead = _LEAD.match(text)
+    begin = max(1, lead.end() if lead else 1)
+    if not any(text.find(word, begin) != -1 for word in _RESTART_WORDS):
+        return [text]  # no second record can start here (the common case: one long request line)
+    parts = _cut(text, RESTART)
+    if len(parts) > 1 or text.find("Traceback (most recent call last)", 1) > 0 or text.count(' File "') > 1:
+        parts = [q for p in parts for q in _cut(p, FLAT_RESTART)]
+    return parts
+
+
+def _cut(text: str, restart: re.Pattern[str]) -> list[str]:
     parts, start = [], 0
-    for cut in cuts:
-        if cut > start:
-            parts.append(text[start:cut].strip())
-            start = cut
+    for m in restart.finditer(text, 1):
+        cut = m.start()
+        if cut <= start:
+            continue
+        part = text[start:cut].strip()
+        if part and not parse_line(0, part).text:
+            continue  # only a prefix (a quote, a process tag, a header): it belongs to what follows
+        parts.append(part)
+        start = cut
     parts.append(text[start:].strip())
     return [p for p in parts if p]
 
@@ -173,6 +216,8 @@ def _physical_to_lines(number: int, raw: bytes, redact: Redactor | None, follow:
         if not frame.strip():
             continue
         cleaned = clean_text(frame)
+        if ("`" in cleaned or "~~~" in cleaned) and FENCE.match(cleaned):
+            continue
         if redact is not None:
             cleaned = redact(cleaned)
         for part in split_flattened(cleaned):
@@ -186,22 +231,48 @@ class Prefilter:
         words = {k.lower().encode() for k in keywords if k and k.strip()}
         # a keyword that contains another is redundant: the shorter one finds the line already
         self.keywords = sorted(w for w in words if not any(o != w and o in w for o in words))
+        # one pass over a block whatever the number of keywords: the keywords as a trie-shaped regex
+        self._any = re.compile(_trie(self.keywords)) if self.keywords else None
 
     def hit_lines(self, block: bytes) -> list[int]:
         """Start offsets of the lines in `block` that hold a keyword, sorted and unique."""
+        if self._any is None:
+            return []
         low = block.lower()
-        starts: set[int] = set()
-        for kw in self.keywords:
-            find = low.find
-            i = find(kw)
-            while i != -1:
-                start = low.rfind(b"\n", 0, i) + 1
-                starts.add(start)
-                end = low.find(b"\n", i)
-                if end == -1:
-                    break
-                i = find(kw, end)
-        return sorted(starts)
+        search, find, rfind = self._any.search, low.find, low.rfind
+        starts: list[int] = []
+        pos = 0
+        while True:
+            m = search(low, pos)
+            if m is None:
+                break
+            starts.append(rfind(b"\n", 0, m.start()) + 1)
+            pos = find(b"\n", m.end())
+            if pos == -1:
+                break
+        return starts
+
+
+def _trie(words: list[bytes]) -> bytes:
+    """A regex matching any of `words`, shaped as a trie (shared prefixes tested once)."""
+    root: dict = {}
+    for word in words:
+        node = root
+        for byte in word:
+            node = node.setdefault(byte, {})
+        node[None] = {}
+
+    def build(node: dict) -> bytes:
+        branches = [re.escape(bytes([b])) + build(child) for b, child in sorted(
+            (k, v) for k, v in node.items() if k is not None)]
+        if not branches:
+            return b""
+        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
+        if None in node:  # a word ends here: the longer ones are optional
+            body = b"(?:" + body + b")?"
+        return body
+
+    return build(root)
 
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
@@ -235,14 +306,126 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             carry = b""
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
-        yield from _block_lines(block, number, prefilter, redact, pending_follow, st)
+        lines_in_block = block.count(b"\n")
+        block, line_map = unwrap(block)
+        yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
         if prefilter is not None:
             pending_follow = _follow_after(block, prefilter)
-        number += block.count(b"\n")
+        number += lines_in_block
     if carry:  # a last line without a newline (a truncated log)
         yield from _block_lines(carry + b"\n", number, prefilter, redact, pending_follow, st)
         number += 1
     st.lines = number
+
+
+#: What a wrapped piece may not start with: a prefix of its own means a new record, not a piece.
+_OWN_PREFIX = re.compile(
+    rb"(?:\x1b\[[\d;]*m)?(?:\([^)\n]{0,80}pid=\d+|\[rank\d+\]:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
+    rb"|\d{4}-\d\d-\d\d[T ]\d\d:|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d|Traceback \(most recent|  File \")")
+_QUOTE = re.compile(rb"(?:>[ \t]?)+")
+UNWRAP_SAMPLE = 400       #: lines looked at to decide whether a block was hard-wrapped
+MAX_WRAP_BYTES = 1200     #: a wrapped piece is at most this long (wider than any terminal, 4 bytes a column)
+
+
+def _columns(line: bytes) -> int:
+    """Characters in a line of UTF-8 (what a terminal counts when it wraps), without a CR."""
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    if line.isascii():
+        return len(line)
+    return len(line.decode("utf-8", errors="replace"))
+
+
+def wrap_width(block: bytes) -> int | None:
+    """The column at which a terminal hard-wrapped this text, or None when it was not.
+
+    A hard wrap cuts every line longer than W into pieces of exactly W characters, so no line is longer than
+    W and the long lines mostly have exactly W; a log as vLLM wrote it has ragged lengths. Only the first
+    UNWRAP_SAMPLE lines are measured (a paste is short; a big log is not wrapped).
+    """
+    widths: list[int] = []
+    continued: list[bool] = []  # the next line has no prefix of its own (it can be a piece)
+    pos = 0
+    while len(widths) < UNWRAP_SAMPLE:
+        end = block.find(b"\n", pos)
+        if end == -1:
+            break
+        if end - pos > MAX_WRAP_BYTES:
+            return None  # a line no terminal would have left unwrapped
+        widths.append(_columns(block[pos:end]))
+        nxt = end + 1
+        continued.append(nxt < len(block) and block[nxt:nxt + 1] not in (b"\n", b"\r")
+                         and not _OWN_PREFIX.match(_QUOTE.sub(b"", block[nxt:nxt + 200], count=1)))
+        pos = nxt
+    long_ones = [w for w in widths if w >= WRAP_MIN_WIDTH]
+    if len(long_ones) < 2:
+        return None
+    top = max(long_ones)
+    at_top = [c for w, c in zip(widths, continued, strict=True) if w == top]
+    # several lines cut at the same, widest column, most of them continued by a piece without a prefix
+    if len(at_top) < 2 or len(at_top) * 7 < len(long_ones) or sum(at_top) * 2 < len(at_top):
+        return None
+    return top
+
+
+def unwrap(block: bytes) -> tuple[bytes, list[int] | None]:
+    """Rejoin the pieces of a hard-wrapped paste: each line of exactly the wrap width continues on the next.
+
+    Returns the rejoined block and, when something was joined, for each of its lines the index of the
+    physical line it starts on (None: the block is unchanged). A paste wrapped twice (a mail client at 80
+    columns, then a terminal at 60) is unwrapped twice. A piece that carries its own prefix (a vLLM header,
+    a process tag, a timestamp) is never joined; a chat quote ('> ') repeated on each piece is dropped.
+    """
+    line_map: list[int] | None = None
+    for _ in range(3):
+        width = wrap_width(block)
+        if width is None:
+            break
+        block, starts = _unwrap_once(block, width)
+        line_map = starts if line_map is None else [line_map[i] for i in starts]
+    return block, line_map
+
+
+def _unwrap_once(block: bytes, width: int) -> tuple[bytes, list[int]]:
+    out: list[bytes] = []
+    starts: list[int] = []
+    lines = block.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    joining = False
+    quote = b""
+    for index, line in enumerate(lines):
+        body = line[:-1] if line.endswith(b"\r") else line
+        if joining:
+            piece = body
+            if quote and piece.startswith(quote.rstrip()):
+                piece = piece[len(quote):] if piece.startswith(quote) else piece[len(quote.rstrip()):]
+            if piece and not _OWN_PREFIX.match(piece):
+                out.append(piece)
+                joining = _columns(body) == width
+                if not joining:
+                    out.append(b"\n")
+                continue
+            out.append(b"\n")
+        m = _QUOTE.match(body)
+        quote = m.group(0) if m else b""
+        starts.append(index)
+        out.append(body)
+        joining = _columns(body) == width
+        if not joining:
+            out.append(b"\n")
+    if joining:
+        out.append(b"\n")
+    return b"".join(out), starts
+
+
+def _width(block: bytes, start: int) -> int:
+    """Length in bytes of the line starting at `start` (without its line end)."""
+    end = block.find(b"\n", start)
+    end = len(block) if end == -1 else end
+    if end > start and block[end - 1:end] == b"\r":
+        end -= 1
+    return end - start
 
 
 def _follow_after(block: bytes, prefilter: Prefilter) -> int:
@@ -257,12 +440,12 @@ def _follow_after(block: bytes, prefilter: Prefilter) -> int:
 
 
 def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, redact: Redactor | None,
-                 pending_follow: int, st: ReadStats) -> Iterator[Line]:
-    """The lines worth looking at in one block of whole lines."""
+                 pending_follow: int, st: ReadStats, line_map: list[int] | None = None) -> Iterator[Line]:
+    """The lines worth looking at in one block of whole lines (`line_map`: physical line of each, unwrap())."""
     if prefilter is None:
         for i, raw in enumerate(block.split(b"\n")[:-1]):
             st.decoded_lines += 1
-            yield from _physical_to_lines(first_number + i + 1, raw, redact, False)
+            yield from _physical_to_lines(first_number + (line_map[i] if line_map else i) + 1, raw, redact, False)
         return
     starts = prefilter.hit_lines(block)
     # the first lines of the block may still be owed as follow lines of the previous block
@@ -275,12 +458,23 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         lead -= 1
     for s in starts:
         selected.append((s, False))
-        p = s
-        for _ in range(FOLLOW):
+        width = _width(block, s)
+        if s > 0 and not RECORD_START.match(block, s, s + 160):
+            # a line without a header may be the second piece of a wrapped message: keep the piece before it
+            prev = block.rfind(b"\n", 0, s - 1) + 1
+            if _width(block, prev) >= WRAP_MIN_WIDTH:
+                selected.append((prev, True))
+        p, prev_width, kept = s, width, 0
+        while kept < WRAP_MAX:
             p = block.find(b"\n", p) + 1
             if p <= 0 or p >= len(block):
                 break
+            # past FOLLOW lines, only the pieces of a hard-wrapped message (the line before had the same width)
+            if kept >= FOLLOW and not (prev_width == width >= WRAP_MIN_WIDTH):
+                break
             selected.append((p, True))
+            kept += 1
+            prev_width = _width(block, p)
     # keyword lines win over follow flags; sort by offset and de-duplicate
     best: dict[int, bool] = {}
     for off, follow in selected:
@@ -295,4 +489,5 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         raw = block[off:end]
         emitted_upto = off
         st.decoded_lines += 1
-        yield from _physical_to_lines(number + 1, raw, redact, best[off])
+        physical = first_number + line_map[number - first_number] if line_map else number
+        yield from _physical_to_lines(physical + 1, raw, redact, best[off])
