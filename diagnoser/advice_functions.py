@@ -203,9 +203,15 @@ def _size_gib(text: str) -> float | None:
     return float(m.group(1)) * _UNIT.get(m.group(2).lower(), 1.0)
 
 
-def process_memory(text: str | None) -> dict[str, Any]:
-    """PyTorch's OOM process list -> {"this_gib": float|None, "others": [(pid, gib)], "others_gib": float}."""
+def process_memory(text: str | None, torch_allocated_gib: float | None = None) -> dict[str, Any]:
+    """PyTorch's OOM process list -> {"this_gib", "this_pid", "others": [(pid, gib)], "others_gib"}.
+
+    PyTorch names this process ("Including non-PyTorch memory, this process has ...") only when NVML reports
+    the same pid; in a container every process is listed as "Process N". Then this process is the entry
+    closest above what PyTorch says it allocated ("Of the allocated memory X is allocated by PyTorch").
+    """
     this: float | None = None
+    this_pid: int | None = None
     others: list[tuple[int, float]] = []
     for m in _PROC_USE.finditer(text or ""):
         size = _size_gib(m.group("size"))
@@ -215,7 +221,12 @@ def process_memory(text: str | None) -> dict[str, Any]:
             this = size
         else:
             others.append((int(m.group("pid")), size))
-    return {"this_gib": this, "others": others, "others_gib": sum(g for _, g in others)}
+    if this is None and torch_allocated_gib and others:
+        mine = [o for o in others if o[1] >= torch_allocated_gib * 0.98]
+        if mine:
+            this_pid, this = min(mine, key=lambda o: o[1])
+            others = [o for o in others if o[0] != this_pid]
+    return {"this_gib": this, "this_pid": this_pid, "others": others, "others_gib": sum(g for _, g in others)}
 
 
 def others_gib(total_gib: float | None, free_gib: float | None, this_gib: float | None,
@@ -303,3 +314,42 @@ def model_weights_gib(model: str | None, dtype: str | None = None, quantization:
     size = memory.weight_bytes(arch, memory.resolve_dtype_bytes(arch, dtype), quant,
                                arch.quant_bits if quant == arch.quantization else None)
     return round(size / memory.GIB, 2)
+
+
+def closest_model(model: str | None) -> str | None:
+    """A known Hugging Face repo id (the planner's presets) that a mistyped one most likely meant."""
+    if not model or "/" not in model or model.startswith(("/", ".", "~")):
+        return None
+    try:
+        from .modelspec import model_names
+
+        names = [n for n in model_names() if "/" in n]
+    except Exception:  # noqa: BLE001 - a suggestion is optional
+        return None
+    if not names or model in names:
+        return None
+    from rapidfuzz import fuzz, process
+
+    digits = re.findall(r"\d+", model)
+    # a typo in the letters; a different version or size (other digits) is another model, not a typo
+    same = [n for n in names if re.findall(r"\d+", n) == digits]
+    found = process.extractOne(model, same, scorer=fuzz.ratio, processor=str.lower) if same else None
+    return str(found[0]) if found and found[1] >= 88 else None
+
+
+def tp_sizes(heads: int, tp: int) -> dict[str, int | None]:
+    """Valid tensor-parallel sizes around a rejected one: {"below": the largest divisor of the attention heads
+    up to tp, "above": the smallest one above it}, each a power of two when one qualifies (a model's other
+    dimensions divide by those too)."""
+    ds = divisors(heads)
+    below = [d for d in ds if d <= int(tp)]
+    above = [d for d in ds if d > int(tp)]
+
+    def pick(choices: list[int], last: bool) -> int | None:
+        pow2 = [d for d in choices if d & (d - 1) == 0 and d > 1]
+        pool = pow2 or choices
+        if not pool:
+            return None
+        return pool[-1] if last else pool[0]
+
+    return {"below": pick(below, True), "above": pick(above, False)}

@@ -180,8 +180,10 @@ class Matcher:
                 window = self._window()
                 texts = joined_texts(window)
                 lows = [t.lower() for t in texts]
+                pieces = [w.text.lower() for w in window[1:]]
+                # only a keyword cut in two by the wrap: one whole on a later line starts that line's window
                 candidates = [(r, p, kws) for r, p, kws in self.entries
-                              if any(k in lw for lw in lows for k in kws)]
+                              if any(k in lw and not any(k in pc for pc in pieces) for lw in lows for k in kws)]
                 if not candidates:
                     return
             if window is None:
