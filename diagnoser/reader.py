@@ -307,6 +307,8 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
         lines_in_block = block.count(b"\n")
+        if prefilter is not None:
+            block = blank_user_content(block)
         block, line_map = unwrap(block)
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
         if prefilter is not None:
@@ -316,6 +318,42 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
         yield from _block_lines(carry + b"\n", number, prefilter, redact, pending_follow, st)
         number += 1
     st.lines = number
+
+
+#: Request-logger lines echo prompts (often huge, often full of words like "error"): they are never evidence.
+USER_CONTENT_MARKERS = (b"] Received request ", b"] Generated response ", b"] Request details ")
+#: How far into a line the marker may sit: process tag + vLLM header, not deep inside a flattened paste.
+USER_CONTENT_REACH = 240
+
+
+def blank_user_content(block: bytes) -> bytes:
+    """Empty the request-logger lines of a block, keeping their newlines (line numbers stay right).
+
+    The prefilter then never scans a prompt: a serving log is mostly such lines, and they can never be
+    vLLM's own messages. Only a marker near the start of its line counts, so a flattened paste that merely
+    contains one is kept whole.
+    """
+    spans: list[tuple[int, int]] = []
+    for marker in USER_CONTENT_MARKERS:
+        find = block.find
+        i = find(marker)
+        while i != -1:
+            start = block.rfind(b"\n", 0, i) + 1
+            end = find(b"\n", i)
+            if i - start <= USER_CONTENT_REACH:
+                spans.append((start, end))
+            i = find(marker, end)
+    if not spans:
+        return block
+    spans.sort()
+    parts, pos = [], 0
+    for start, end in spans:
+        if start < pos:
+            continue
+        parts.append(block[pos:start])
+        pos = end
+    parts.append(block[pos:])
+    return b"".join(parts)
 
 
 #: What a wrapped piece may not start with: a prefix of its own means a new record, not a piece.

@@ -107,3 +107,18 @@ def test_request_log_lines_are_marked_user_content():
     line = parse_line(1, "INFO 01-01 00:00:00 [logger.py:43] Received request chatcmpl-1: prompt: "
                          "'why do I get CUDA out of memory?', params: SamplingParams(n=1)")
     assert line.user_content
+
+
+def test_request_logger_lines_are_blanked_before_the_prefilter():
+    from diagnoser.reader import blank_user_content
+
+    block = (b"INFO 01-01 00:00:00 [a.py:1] ok\n"
+             b"(APIServer pid=1) INFO 01-01 00:00:01 [logger.py:43] Received request c1: prompt: 'CUDA out of memory "
+             b"error Traceback', params: SamplingParams(n=1), prompt_token_ids: [1, 2]\n"
+             b"ValueError: real error\n")
+    out = blank_user_content(block)
+    assert out.count(b"\n") == block.count(b"\n")
+    assert b"prompt" not in out and b"ValueError: real error" in out
+    # deep inside a line (a flattened paste), the marker does not blank it
+    flat = b"x" * 300 + b"] Received request c2: prompt: 'hi'\n"
+    assert blank_user_content(flat) == flat
