@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 BLOCK = 1 << 20          #: bytes read at a time
 MAX_LINE = 1 << 20       #: a longer line is handled in pieces of this size (same line number)
+PASTE_MAX = 8 << 20     #: inputs past this size are files, not pastes: no hard-wrap detection
 FOLLOW = 3               #: lines kept after a keyword line, for wrapped messages
 WRAP_MAX = 12            #: more lines kept while they are pieces of one hard-wrapped message (equal widths)
 WRAP_MIN_WIDTH = 40      #: a terminal or chat window wraps at this many columns or more
@@ -309,7 +310,8 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
         lines_in_block = block.count(b"\n")
         if prefilter is not None:
             block = blank_user_content(block)
-        block, line_map = unwrap(block)
+        # hard wraps come from pasting what a terminal or chat showed: only the start of an input can be one
+        block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
         if prefilter is not None:
             pending_follow = _follow_after(block, prefilter)

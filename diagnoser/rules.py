@@ -18,7 +18,7 @@ from typing import Any
 
 import regex
 import yaml
-from jinja2 import StrictUndefined, Undefined, meta
+from jinja2 import StrictUndefined, Undefined, nodes
 from jinja2.exceptions import TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -52,6 +52,9 @@ TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks",
 
 DEFAULT_THRESHOLD = 85.0
 
+#: yaml.safe_load's loader, libyaml's C build when present (ten times faster on the rule files).
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class RuleError(ValueError):
     """A rule file is wrong: carries the file and the key so the one-line message says what to change."""
@@ -81,7 +84,14 @@ class Extractor:
     """A regex whose named groups become facts; `tolerant` also finds it across wrapped lines."""
 
     pattern: regex.Pattern[str]
-    tolerant: regex.Pattern[str]
+    _tolerant: regex.Pattern[str] | None = None
+
+    @property
+    def tolerant(self) -> regex.Pattern[str]:
+        """Compiled on first use: most extractors never need the wrap-tolerant retry."""
+        if self._tolerant is None:
+            self._tolerant = _tolerant(self.pattern.pattern)
+        return self._tolerant
 
 
 @dataclass
@@ -172,7 +182,19 @@ def _expr_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> 
         ast = env.parse("{{ (" + source + ") }}")
     except TemplateSyntaxError as exc:
         raise RuleError(path, key, f"not a valid expression: {exc.message}") from None
-    return meta.find_undeclared_variables(ast)
+    return _free_names(ast)
+
+
+def _free_names(ast: nodes.Template) -> set[str]:
+    """Names a template reads that it does not bind itself (set, for, macro arguments).
+
+    A plain walk over the tree: jinja2.meta.find_undeclared_variables runs the code generator's scope
+    analysis, which made loading the rules several times slower.
+    """
+    loads, stores = set(), set()
+    for node in ast.find_all(nodes.Name):
+        (loads if node.ctx == "load" else stores).add(node.name)
+    return loads - stores
 
 
 def _template_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
@@ -180,7 +202,7 @@ def _template_names(env: SandboxedEnvironment, source: str, path: str, key: str)
         ast = env.parse(source)
     except TemplateSyntaxError as exc:
         raise RuleError(path, key, f"template does not parse (line {exc.lineno}): {exc.message}") from None
-    return meta.find_undeclared_variables(ast)
+    return _free_names(ast)
 
 
 def _check_names(names: set[str], allowed: set[str], path: str, key: str) -> None:
@@ -270,7 +292,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         compiled = _compile(source, path, key)
         if not compiled.groupindex:
             raise RuleError(path, key, "an extract regex needs named groups (?P<name>...)")
-        extractors.append(Extractor(compiled, _tolerant(source)))
+        extractors.append(Extractor(compiled))
 
     facts = dict(data.get("facts") or {})
     for name, kind in facts.items():
@@ -346,7 +368,7 @@ def load_rule_file(path: Path) -> Rule:
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(str(path), "(file)", f"cannot read: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - the safe loader, in C when libyaml is there
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(yaml)"
