@@ -127,13 +127,21 @@ def _aggregate(rule: Rule, group: list[Hit]) -> dict[str, Any]:
 
 
 def _drop_shadowed(hits: list[Hit]) -> list[Hit]:
-    """A generic hit on a line that a specific hit of another rule explains says nothing more."""
-    specific_lines = {(h.line.number, h.line.proc_key) for h in hits if not h.pattern.generic}
-    specific_rules_at = {(h.line.number, h.line.proc_key, h.rule.id) for h in hits if not h.pattern.generic}
+    """Hits that say less than another hit on the same line go.
+
+    A generic hit yields to a specific hit of another rule; a rule yields to one that `overrides` it (a more
+    precise reading of the same text). Lines are compared as objects: a flattened paste puts many records
+    on one physical line, and each keeps its own hits.
+    """
+    by_line: dict[int, list[Hit]] = {}
+    for h in hits:
+        by_line.setdefault(id(h.line), []).append(h)
     out = []
     for h in hits:
-        key = (h.line.number, h.line.proc_key)
-        if h.pattern.generic and key in specific_lines and (*key, h.rule.id) not in specific_rules_at:
+        others = [o for o in by_line[id(h.line)] if o.rule.id != h.rule.id]
+        if h.pattern.generic and any(not o.pattern.generic for o in others):
+            continue
+        if any(h.rule.id in o.rule.overrides for o in others):
             continue
         out.append(h)
     return out
@@ -262,7 +270,10 @@ class Advisor:
         value = self._text(fix.value, names, None).strip()
         if fix.value and not value:
             return None
-        out: dict[str, Any] = {"flag": fix.flag, "value": value, "reason": self._text(fix.reason, names, None)}
+        flag = self._text(fix.flag, names, None).strip() if fix.flag and "{" in fix.flag else fix.flag
+        if fix.flag and not flag:
+            return None
+        out: dict[str, Any] = {"flag": flag, "value": value, "reason": self._text(fix.reason, names, None)}
         if fix.env:
             out["env"] = fix.env
         return out

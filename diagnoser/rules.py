@@ -31,6 +31,7 @@ AGGREGATES = ("max", "min", "sum", "first", "last", "count")
 RULE_KEYS = {
     "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
     "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "catalog", "summary",
+    "overrides",
 }
 PATTERN_KEYS = {"phrase", "regex", "threshold", "keywords", "generic", "stages", "catalog", "when", "wrapper"}
 FIX_KEYS = {"flag", "value", "reason", "when", "env"}
@@ -128,6 +129,8 @@ class Rule:
     fallback: bool
     path: str
     catalog: list[str] = field(default_factory=list)
+    #: rules whose hits on the same line this one's hit replaces (a more precise reading of the same text)
+    overrides: tuple[str, ...] = ()
 
     def produces(self) -> set[str]:
         """Every fact name this rule can hand to its templates."""
@@ -311,6 +314,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         advice=_require(data, "advice", str, path), summary=data.get("summary"), fixes=[],
         explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
         cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
+        overrides=tuple(data.get("overrides") or ()),
     )
     produced = rule.produces()
     groups = set()
@@ -341,7 +345,7 @@ def parse_rule(data: Any, path: str) -> Rule:
                   when=item.get("when"), env=item.get("env"))
         if not fix.flag and not fix.env:
             raise RuleError(path, f"{key}.flag", "a fix names a flag (--max-model-len) or an env variable")
-        for part, source in (("value", fix.value), ("reason", fix.reason)):
+        for part, source in (("flag", fix.flag or ""), ("value", fix.value), ("reason", fix.reason)):
             _check_names(_template_names(env, source, path, f"{key}.{part}"), produced, path, f"{key}.{part}")
         if fix.when:
             _check_names(_expr_names(env, fix.when, path, f"{key}.when"), produced, path, f"{key}.when")
@@ -398,6 +402,10 @@ def load_rules(extra: tuple[Path, ...] = ()) -> list[Rule]:
         if rule.id in rules and rules[rule.id].path != rule.path:
             raise RuleError(str(p), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
         rules[rule.id] = rule
+    for rule in rules.values():
+        for other in rule.overrides:
+            if other not in rules:
+                raise RuleError(rule.path, "overrides", f"{other!r} is not a rule id (`vllm-doctor rules` lists them)")
     return list(rules.values())
 
 

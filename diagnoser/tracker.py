@@ -233,6 +233,9 @@ class Tracker:
         if stripped.startswith(TRACEBACK_START):
             proc.in_traceback, proc.frame_stage = True, None
             return self.stage
+        if not proc.in_traceback and FRAME.match(text):
+            # a fragment pasted from the middle of a traceback: its frames still say where it failed
+            proc.in_traceback, proc.frame_stage = True, None
         if proc.in_traceback:
             m = FRAME.match(text)
             if m:

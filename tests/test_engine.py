@@ -179,3 +179,39 @@ def test_secrets_are_redacted_before_matching():
     assert "supersecretvalue123" not in repr(report.context.args)
     assert "hf_abcdefghijklmnopqrstuvwxyz012345" not in repr(report.context.args)
     assert sum(report.redactions.values()) >= 2
+
+
+def test_vllm_weights_oom_wrapper_with_other_process_is_gpu_memory_in_use():
+    line = ("ERROR 01-19 22:26:14 [gpu_model_runner.py:3657] Failed to load model - not enough GPU memory. Try lowering "
+            "--gpu-memory-utilization to free memory for weights, increasing --tensor-parallel-size, or using "
+            "--quantization. (original error: CUDA out of memory. Tried to allocate 270.00 MiB. GPU 0 has a total "
+            "capacity of 79.19 GiB of which 115.31 MiB is free. Process 4242 has 40.12 GiB memory in use. Including "
+            "non-PyTorch memory, this process has 38.90 GiB memory in use.)\n")
+    report = diagnose_text(V1_HEAD + line)
+    assert [f.rule.id for f in report.findings if f.severity == "error"] == ["gpu-memory-in-use"]
+
+
+def test_fragment_starting_mid_traceback_uses_its_frames():
+    frag = ('  File "/venv/lib/python3.12/site-packages/vllm/worker/model_runner.py", line 1, in capture_model\n'
+            "    graph_runner.capture(**capture_inputs)\n" + OOM + "\n")
+    f, _ = primary(frag)
+    assert (f.rule.id, f.stage) == ("warmup-oom", "warmup")
+
+
+def test_unknown_override_target_is_refused(tmp_path):
+    from diagnoser.rules import RuleError, load_rules
+
+    src = (tmp_path / "x.yaml")
+    src.write_text("""id: x
+title: X
+severity: error
+overrides: [no-such-rule]
+match: [{phrase: "the x machine exploded"}]
+advice: boom
+explanation: x
+cases: {match: [{text: "the x machine exploded"}], near_miss: ["fine"]}
+""")
+    import pytest
+
+    with pytest.raises(RuleError, match="no-such-rule"):
+        load_rules((src,))
