@@ -9,6 +9,7 @@ reported it.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from .reader import Line
 from .rules import Fix, Rule, template_env
 from .tracker import Context
 
+BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")  #: template branches leave runs of blank lines
 SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 #: Settings never carried into a suggested command (secrets, and values that only restate the model).
 COMMAND_SKIP = {"model", "model_tag", "api_key", "hf_token", "token", "served_model_name_internal"}
@@ -283,7 +285,7 @@ class Advisor:
         if tpl is None:
             tpl = self._templates[source] = self.env.from_string(source)
         try:
-            return tpl.render(**names).strip()
+            return BLANK_RUN.sub("\n\n", tpl.render(**names)).strip()
         except Exception as exc:  # noqa: BLE001 - a template over unusual facts must not kill the report
             if rule is None:
                 return ""
