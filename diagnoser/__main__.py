@@ -1,6 +1,6 @@
 """`python -m diagnoser` is the same command as `vllm-doctor`."""
 
-from .cli import run
+from .entry import main as run
 
 if __name__ == "__main__":
     run()

@@ -381,9 +381,9 @@ def load_rule_file(path: Path) -> Rule:
 
 
 def builtin_rules_dir() -> Path:
-    """Rules ship inside the package (diagnoser.rules); a source checkout keeps them in ./rules."""
+    """Rules ship inside the package (diagnoser.ruleset); a source checkout keeps them in ./rules."""
     try:
-        pkg = resources.files("diagnoser.rules")
+        pkg = resources.files("diagnoser.ruleset")
         if pkg.is_dir() and any(p.name.endswith(".yaml") for p in pkg.iterdir()):
             return Path(str(pkg))
     except (ModuleNotFoundError, TypeError):

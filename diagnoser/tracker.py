@@ -169,6 +169,46 @@ def parse_settings(text: str) -> dict[str, Any]:
     return out
 
 
+SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
+               "-q": "--quantization"}
+
+
+def parse_command(text: str) -> dict[str, Any]:
+    """`vllm serve MODEL --max-model-len 2048 --enforce-eager` -> {'model': ..., 'max_model_len': 2048, ...}."""
+    import shlex
+
+    try:
+        tokens = shlex.split(text, comments=True)
+    except ValueError:  # an unterminated quote in a pasted fragment
+        tokens = text.split()
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens) and not tokens[i].startswith("-"):
+        if tokens[i] not in ("vllm", "serve", "python", "python3", "-m") and "=" not in tokens[i] \
+                and not tokens[i].endswith(("vllm", "api_server")) and "model" not in out:
+            out["model"] = tokens[i]
+        i += 1
+    while i < len(tokens):
+        tok = tokens[i]
+        i += 1
+        if tok in SHORT_FLAGS:
+            tok = SHORT_FLAGS[tok]
+        if not tok.startswith("--"):
+            if "model" not in out and not tok.startswith("-"):
+                out["model"] = tok
+            continue
+        name, eq, value = tok[2:].partition("=")
+        key = name.replace("-", "_")
+        if eq:
+            out[key] = _coerce(value)
+        elif i < len(tokens) and not tokens[i].startswith("--"):
+            out[key] = _coerce(tokens[i])
+            i += 1
+        else:
+            out[key] = True
+    return out
+
+
 @dataclass
 class Landmark:
     """One landmark line kind, from data/landmarks.yaml."""
@@ -267,7 +307,10 @@ class Tracker:
             for name, raw in m.groupdict().items():
                 if raw is None:
                     continue
-                if name == "settings":
+                if name == "command":
+                    self._settings(parse_command(raw), engine_line=False)
+                    ctx.args_source = ctx.args_source or "command"
+                elif name == "settings":
                     self._settings(parse_settings(raw), engine_line=mark.stage == "config")
                     if text.lstrip().startswith("non-default args"):
                         self._nondefault_seen = True

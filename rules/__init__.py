@@ -1,1 +1,1 @@
-"""Built-in rules (YAML). A Python package only so that they ship inside the wheel."""
+"""Built-in rules (YAML), shipped as the package diagnoser.ruleset so that they travel inside the wheel."""

@@ -215,3 +215,15 @@ cases: {match: [{text: "the x machine exploded"}], near_miss: ["fine"]}
 
     with pytest.raises(RuleError, match="no-such-rule"):
         load_rules((src,))
+
+
+def test_pasted_launch_command_fills_the_context():
+    log = ("$ VLLM_USE_V1=1 vllm serve org/model-70b --max-model-len 2048 --gpu-memory-utilization 0.98 -tp 2 "
+           "--enforce-eager\n"
+           "INFO 01-30 03:19:14 [kv_cache_utils.py:395] # GPU blocks: 1381\n")
+    c = diagnose_text(log).context
+    assert (c.model, c.max_model_len, c.gpu_memory_utilization) == ("org/model-70b", 2048, 0.98)
+    assert (c.tensor_parallel_size, c.enforce_eager) == (2, True)
+    # argparse's usage text names the command too, but is not a launch
+    c = diagnose_text("usage: vllm serve [-h] [--max-model-len MAX_MODEL_LEN]\n").context
+    assert c.max_model_len is None
