@@ -243,6 +243,10 @@ class Advisor:
                 end_line=max(anchor.end_line, anchor.line.number), evidence=evidence, facts=facts,
                 ranks=ranks, occurrences=len(group), generic=not specific,
             )
+            if rule.keep_when and not self.ev.truth(
+                    rule.keep_when, {**template_names(facts, ctx_dict), "line": finding.line, "stage": stage,
+                                     "fine_stage": finding.fine_stage}):
+                continue
             self._render(finding, ctx, ctx_dict)
             found.append(finding)
         errors = [f for f in found if f.severity == "error" and not f.rule.fallback]

@@ -31,7 +31,7 @@ AGGREGATES = ("max", "min", "sum", "first", "last", "count")
 RULE_KEYS = {
     "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
     "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "catalog", "summary",
-    "overrides",
+    "overrides", "keep_when",
 }
 PATTERN_KEYS = {"phrase", "regex", "threshold", "keywords", "generic", "stages", "catalog", "when", "wrapper"}
 FIX_KEYS = {"flag", "value", "reason", "when", "env"}
@@ -131,6 +131,8 @@ class Rule:
     catalog: list[str] = field(default_factory=list)
     #: rules whose hits on the same line this one's hit replaces (a more precise reading of the same text)
     overrides: tuple[str, ...] = ()
+    #: evaluated on the finished finding (facts, the whole log's ctx, its `line`): false drops the finding
+    keep_when: str | None = None
 
     def produces(self) -> set[str]:
         """Every fact name this rule can hand to its templates."""
@@ -315,6 +317,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
         cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
         overrides=tuple(data.get("overrides") or ()),
+        keep_when=data.get("keep_when"),
     )
     produced = rule.produces()
     groups = set()
@@ -331,6 +334,9 @@ def parse_rule(data: Any, path: str) -> Rule:
         _check_names(_expr_names(env, expr, path, f"derive.{name}"), produced, path, f"derive.{name}")
     if rule.when:
         _check_names(_expr_names(env, rule.when, path, "when"), produced, path, "when")
+    if rule.keep_when:
+        _check_names(_expr_names(env, rule.keep_when, path, "keep_when"), produced | {"line", "fine_stage"}, path,
+                     "keep_when")
     for p in patterns:
         if p.when:
             _check_names(_expr_names(env, p.when, path, "match.when"), produced, path, "match.when")

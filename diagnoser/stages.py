@@ -18,6 +18,7 @@ FINE_TO_STAGE: dict[str, str] = {
     "pooler_warmup": "warmup",
     "compile": "warmup",
     "serving": "serving",
+    "request_handling": "serving",
 }
 
 

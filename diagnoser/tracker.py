@@ -62,6 +62,7 @@ class Context:
     engine_ready: bool = False
     server_started: bool = False
     stats_lines: int = 0
+    last_stats_line: int | None = None  #: a stats line after an error means the server kept serving
     peak_kv_usage_pct: float | None = None
     max_running_reqs: int | None = None
     max_waiting_reqs: int | None = None
@@ -293,12 +294,12 @@ class Tracker:
         low = text.lower()
         for mark, words in self._lowered:
             if any(w in low for w in words):
-                self._apply(mark, text)
+                self._apply(mark, text, line.number)
                 if mark.stage:
                     proc.frame_stage = None
         return proc.frame_stage or self.stage
 
-    def _apply(self, mark: Landmark, text: str) -> None:
+    def _apply(self, mark: Landmark, text: str, number: int = 0) -> None:
         ctx = self.context
         if mark.regex is not None:
             m = mark.regex.search(text)
@@ -330,7 +331,7 @@ class Tracker:
         for key, value in mark.sets.items():
             setattr(ctx, key, value)
         if mark.stats:
-            self._stats(text)
+            self._stats(text, number)
         if ctx.engine is None and ctx.version:
             ctx.engine = "V1" if _version_tuple(ctx.version) >= (0, 11) else None
 
@@ -368,9 +369,10 @@ class Tracker:
                 continue
             setattr(ctx, target, value)
 
-    def _stats(self, text: str) -> None:
+    def _stats(self, text: str, number: int) -> None:
         ctx = self.context
         ctx.stats_lines += 1
+        ctx.last_stats_line = number
         got = {k: r.search(text) for k, r in STATS.items()}
         if got["kv_pct"]:
             pct = float(got["kv_pct"].group(1))

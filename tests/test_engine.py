@@ -227,3 +227,31 @@ def test_pasted_launch_command_fills_the_context():
     # argparse's usage text names the command too, but is not a launch
     c = diagnose_text("usage: vllm serve [-h] [--max-model-len MAX_MODEL_LEN]\n").context
     assert c.max_model_len is None
+
+
+REQUEST_TB = """\
+(APIServer pid=1) INFO 11-24 11:45:00 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000
+(APIServer pid=1) ERROR 11-24 11:45:21 [serving_chat.py:203] Error in preprocessing prompt inputs
+(APIServer pid=1) ERROR 11-24 11:45:21 [serving_chat.py:203] Traceback (most recent call last):
+(APIServer pid=1) ERROR 11-24 11:45:21 [serving_chat.py:203]   File "/x/vllm/entrypoints/openai/serving_chat.py", line 186, in create_chat_completion
+(APIServer pid=1) ERROR 11-24 11:45:21 [serving_chat.py:203]     ) = await self._preprocess_chat(
+(APIServer pid=1) ERROR 11-24 11:45:21 [serving_chat.py:203] jinja2.exceptions.TemplateError: Conversation roles must alternate user/assistant/user/assistant/...
+(APIServer pid=1) INFO:     127.0.0.1:51236 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request
+"""
+
+
+def test_a_failed_request_on_a_live_server_is_information_not_a_crash():
+    report = diagnose_text(REQUEST_TB)
+    assert [(f.rule.id, f.severity) for f in report.findings] == [("request-failed", "info")]
+    assert report.findings[0].facts["exception"] == "TemplateError"
+
+
+def test_an_engine_crash_while_serving_stays_an_error():
+    log = REQUEST_TB.split("(APIServer pid=1) ERROR")[0] + (
+        "(EngineCore_DP0 pid=2) ERROR 11-24 11:46:00 [core.py:1] EngineCore encountered a fatal error.\n"
+        "(EngineCore_DP0 pid=2) Traceback (most recent call last):\n"
+        '(EngineCore_DP0 pid=2)   File "/x/vllm/v1/engine/core.py", line 1, in run_busy_loop\n'
+        "(EngineCore_DP0 pid=2)     self._process_engine_step()\n"
+        "(EngineCore_DP0 pid=2) RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    f, _ = primary(log)
+    assert (f.rule.id, f.severity, f.stage) == ("unrecognized-failure", "error", "serving")
