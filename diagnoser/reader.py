@@ -322,22 +322,24 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     st.lines = number
 
 
-#: Request-logger lines echo prompts (often huge, often full of words like "error"): they are never evidence.
+#: Request-logger lines echo prompts (often huge, often full of words like "error"): never evidence.
 USER_CONTENT_MARKERS = (b"] Received request ", b"] Generated response ", b"] Request details ")
-#: How far into a line the marker may sit: process tag + vLLM header, not deep inside a flattened paste.
+#: uvicorn's access lines record one HTTP request each: never evidence, and most of a quiet serving log.
+ACCESS = re.compile(rb' HTTP/[12](?:\.[01])?" \d{3}\b')
+#: How far into a line a marker may sit: process tag + vLLM header, not deep inside a flattened paste.
 USER_CONTENT_REACH = 240
 
 
 def blank_user_content(block: bytes) -> bytes:
-    """Empty the request-logger lines of a block, keeping their newlines (line numbers stay right).
+    """Empty the request-logger and access lines of a block, keeping their newlines (line numbers stay right).
 
-    The prefilter then never scans a prompt: a serving log is mostly such lines, and they can never be
-    vLLM's own messages. Only a marker near the start of its line counts, so a flattened paste that merely
-    contains one is kept whole.
+    The prefilter then never scans a prompt or an access line: together they are most of a serving log, and
+    they can never be vLLM's own messages. Only a marker near the start of its line counts, so a flattened
+    paste that merely contains one is kept whole.
     """
     spans: list[tuple[int, int]] = []
-    for marker in USER_CONTENT_MARKERS:
-        find = block.find
+    find = block.find
+    for marker in USER_CONTENT_MARKERS:  # rare, long lines: find them one by one
         i = find(marker)
         while i != -1:
             start = block.rfind(b"\n", 0, i) + 1
@@ -345,17 +347,20 @@ def blank_user_content(block: bytes) -> bytes:
             if i - start <= USER_CONTENT_REACH:
                 spans.append((start, end))
             i = find(marker, end)
-    if not spans:
+    if spans:
+        spans.sort()
+        parts, pos = [], 0
+        for start, end in spans:
+            if start >= pos:
+                parts.append(block[pos:start])
+                pos = end
+        parts.append(block[pos:])
+        block = b"".join(parts)
+    if find(b" HTTP/") == -1:
         return block
-    spans.sort()
-    parts, pos = [], 0
-    for start, end in spans:
-        if start < pos:
-            continue
-        parts.append(block[pos:start])
-        pos = end
-    parts.append(block[pos:])
-    return b"".join(parts)
+    # many short lines: one split, then one C-level search per line
+    search = ACCESS.search
+    return b"\n".join([b"" if search(line, 0, USER_CONTENT_REACH + 40) else line for line in block.split(b"\n")])
 
 
 #: What a wrapped piece may not start with: a prefix of its own means a new record, not a piece.

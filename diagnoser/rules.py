@@ -78,6 +78,8 @@ class Pattern:
     when: str | None
     wrapper: bool
     catalog: list[str]
+    #: `when` names only extracted facts: it can be tested before the (costlier) derived facts exist
+    when_early: bool = False
 
 
 @dataclass
@@ -339,7 +341,9 @@ def parse_rule(data: Any, path: str) -> Rule:
                      "keep_when")
     for p in patterns:
         if p.when:
-            _check_names(_expr_names(env, p.when, path, "match.when"), produced, path, "match.when")
+            used = _expr_names(env, p.when, path, "match.when")
+            _check_names(used, produced, path, "match.when")
+            p.when_early = not used & set(rule.derive)
     _check_names(_template_names(env, rule.advice, path, "advice"), produced, path, "advice")
     if rule.summary:
         _check_names(_template_names(env, rule.summary, path, "summary"), produced, path, "summary")
