@@ -38,10 +38,6 @@ def divisors_near(n: int, target: int, count: int = 3) -> list[int]:
     return sorted(near)
 
 
-def flags_in(text: str) -> list[str]:
-    """The --flags named in an argparse 'unrecognized arguments: ...' tail."""
-    return re.findall(r"(?<!\S)(--?[A-Za-z][\w.-]*)", text or "")
-
 
 def closest_flag(flag: str) -> str | None:
     """The real vLLM flag a typo most likely meant (None when nothing is close)."""
@@ -63,10 +59,6 @@ def renamed_flag(flag: str) -> Any:
         return None
     return renamed(hyphen(flag))
 
-
-def plural(n: float, word: str) -> str:
-    """'1 request', '2 requests'."""
-    return f"{n:g} {word}" + ("" if n == 1 else "s")
 
 
 def tp_to_fit(weights_gib: float, gpu_gib: float, current_tp: int = 1, headroom: float = 0.85) -> int:

@@ -106,8 +106,3 @@ def renamed(name: str) -> dict[str, Any] | None:
         return None
     return {"flag": f.name, "renamed_to": f.renamed_to, "until": f.until, "since": f.since, "note": f.note}
 
-
-def takes_value(name: str) -> bool | None:
-    """True when the flag takes a value, False for a switch, None when unknown."""
-    f = lookup(name)
-    return None if f is None else f.value

@@ -33,7 +33,7 @@ RULE_KEYS = {
     "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "catalog", "summary",
     "overrides", "keep_when",
 }
-PATTERN_KEYS = {"phrase", "regex", "threshold", "keywords", "generic", "stages", "catalog", "when", "wrapper"}
+PATTERN_KEYS = {"phrase", "regex", "threshold", "keywords", "generic", "stages", "catalog", "when"}
 FIX_KEYS = {"flag", "value", "reason", "when", "env"}
 CASE_KEYS = {"match", "near_miss"}
 MATCH_CASE_KEYS = {"text", "facts", "stage", "context", "advice_contains"}
@@ -76,7 +76,6 @@ class Pattern:
     generic: bool
     stages: tuple[str | None, ...] | None
     when: str | None
-    wrapper: bool
     catalog: list[str]
     #: `when` names only extracted facts: it can be tested before the (costlier) derived facts exist
     when_early: bool = False
@@ -287,7 +286,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         patterns.append(Pattern(
             phrase=phrase, regex=compiled, threshold=float(item.get("threshold", DEFAULT_THRESHOLD)),
             keywords=[str(k) for k in keywords], generic=bool(item.get("generic")), stages=stages,
-            when=when, wrapper=bool(item.get("wrapper")), catalog=list(item.get("catalog") or []),
+            when=when, catalog=list(item.get("catalog") or []),
         ))
 
     extractors = []
