@@ -30,7 +30,7 @@ AGGREGATES = ("max", "min", "sum", "first", "last", "count")
 
 RULE_KEYS = {
     "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
-    "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "catalog", "summary",
+    "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "catalog",
     "overrides", "keep_when",
 }
 PATTERN_KEYS = {"phrase", "regex", "threshold", "keywords", "generic", "stages", "catalog", "when"}
@@ -122,7 +122,6 @@ class Rule:
     when: str | None
     aggregate: dict[str, str]
     advice: str
-    summary: str | None
     fixes: list[Fix]
     explanation: str
     references: list[str]
@@ -314,7 +313,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         stage=stage_list[0] if stage_list else None, stage_choices=tuple(stage_list),
         fine_stage=data.get("fine_stage"), patterns=patterns, extractors=extractors, facts=facts,
         derive=dict(data.get("derive") or {}), when=data.get("when"), aggregate=aggregate,
-        advice=_require(data, "advice", str, path), summary=data.get("summary"), fixes=[],
+        advice=_require(data, "advice", str, path), fixes=[],
         explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
         cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
         overrides=tuple(data.get("overrides") or ()),
@@ -344,8 +343,6 @@ def parse_rule(data: Any, path: str) -> Rule:
             _check_names(used, produced, path, "match.when")
             p.when_early = not used & set(rule.derive)
     _check_names(_template_names(env, rule.advice, path, "advice"), produced, path, "advice")
-    if rule.summary:
-        _check_names(_template_names(env, rule.summary, path, "summary"), produced, path, "summary")
 
     for i, item in enumerate(data.get("fixes") or []):
         key = f"fixes[{i}]"

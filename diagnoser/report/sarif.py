@@ -152,7 +152,7 @@ def _pascal(rule_id: str) -> str:
 
 def rule_descriptor(rule: Rule) -> dict[str, Any]:
     explanation = textwrap.dedent(rule.explanation or "").strip() or rule.title
-    first_paragraph = (rule.summary or explanation.split("\n\n", 1)[0]).replace("\n", " ").strip()
+    first_paragraph = explanation.split("\n\n", 1)[0].replace("\n", " ").strip()
     refs = list(rule.references or [])
     help_text = explanation + ("\n\nReferences:\n" + "\n".join(f"- {r}" for r in refs) if refs else "")
     help_md = explanation + ("\n\n**References**\n\n" + "\n".join(f"- <{r}>" for r in refs) if refs else "")
