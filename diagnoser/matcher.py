@@ -216,10 +216,11 @@ class Matcher:
                         continue
                 extracted = self._extract(rule, texts, line.text if len(window) > 1 else None)
                 facts.update({k: v for k, v in extracted.items() if k not in facts})
-                if pattern.when_early and not self.ev.truth(pattern.when, template_names(facts, ctx)):
+                if pattern.when_early and not self.ev.truth(
+                        pattern.when, {**template_names(facts, ctx), "level": line.level}):
                     continue  # e.g. a stats line below the saturation threshold: no need to derive anything
                 names = derive_facts(rule, facts, ctx, self.ev)
-                scope = template_names(names, ctx)
+                scope = {**template_names(names, ctx), "level": line.level}
                 if pattern.when and not pattern.when_early and not self.ev.truth(pattern.when, scope):
                     continue
                 if rule.when and not self.ev.truth(rule.when, scope):

@@ -47,7 +47,7 @@ STOPWORDS = {
 }
 
 #: Names every template may use besides the rule's facts.
-TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks", "command", "stage",
+TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks", "command", "stage", "level",
                     "none", "true", "false", "loop", "range", "min", "max", "round", "int", "float", "abs",
                     "len", "sorted", "namespace", "dict", "list"}
 

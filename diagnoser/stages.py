@@ -19,6 +19,7 @@ FINE_TO_STAGE: dict[str, str] = {
     "compile": "warmup",
     "serving": "serving",
     "request_handling": "serving",
+    "shutdown": "serving",
 }
 
 

@@ -255,3 +255,25 @@ def test_an_engine_crash_while_serving_stays_an_error():
         "(EngineCore_DP0 pid=2) RuntimeError: CUDA error: an illegal memory access was encountered\n")
     f, _ = primary(log)
     assert (f.rule.id, f.severity, f.stage) == ("unrecognized-failure", "error", "serving")
+
+
+def test_exceptions_while_the_operator_shuts_the_server_down_are_not_a_crash():
+    log = REQUEST_TB.split("(APIServer pid=1) ERROR")[0] + """\
+(APIServer pid=1) INFO 11-24 12:00:00 [launcher.py:80] Shutting down FastAPI HTTP server.
+(APIServer pid=1) Traceback (most recent call last):
+(APIServer pid=1)   File "/usr/lib/python3.12/asyncio/runners.py", line 118, in run
+(APIServer pid=1)     return self._loop.run_until_complete(task)
+(APIServer pid=1) RuntimeError: Event loop is closed
+"""
+    report = diagnose_text(log)
+    assert [f for f in report.findings if f.severity == "error"] == []
+
+
+def test_long_max_model_len_override_warning_is_not_an_error():
+    log = ("WARNING 06-25 16:32:00 config.py:1450] User-specified max_model_len (8192) is greater than the derived "
+           "max_model_len (max_position_embeddings=4096 or model_max_length=None in model's config.json). This may "
+           "lead to incorrect model outputs or CUDA errors. Make sure the value is correct and within the model "
+           "context size.\n")
+    assert diagnose_text(log).findings == []
+    error = log.replace("WARNING 06-25 16:32:00 config.py:1450] ", "ValueError: ")
+    assert diagnose_text(error).findings[0].rule.id == "max-model-len-exceeds-model"
