@@ -162,6 +162,9 @@ def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
         if key in PLAIN_DEFAULTS and value == PLAIN_DEFAULTS[key]:
             continue
         settings[key] = value
+    if not ctx.args:
+        # no args line in the log: repeat what the engine config line says the user chose
+        settings.update(_chosen_in_engine_config(ctx))
     env: list[str] = []
     for fix in fixes:
         if fix.get("env"):
@@ -197,6 +200,22 @@ def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
     return " ".join(parts), f"LLM({', '.join(py_args)})"
 
 
+def _chosen_in_engine_config(ctx: Context) -> dict[str, Any]:
+    """Settings the engine's `with config:` line shows that differ from what vLLM would pick by itself."""
+    out: dict[str, Any] = {}
+    if ctx.tensor_parallel_size and ctx.tensor_parallel_size > 1:
+        out["tensor_parallel_size"] = ctx.tensor_parallel_size
+    if ctx.pipeline_parallel_size and ctx.pipeline_parallel_size > 1:
+        out["pipeline_parallel_size"] = ctx.pipeline_parallel_size
+    if ctx.quantization and str(ctx.quantization) != "None":
+        out["quantization"] = ctx.quantization
+    if ctx.kv_cache_dtype and ctx.kv_cache_dtype != "auto":
+        out["kv_cache_dtype"] = ctx.kv_cache_dtype
+    if ctx.enforce_eager:
+        out["enforce_eager"] = True
+    return out
+
+
 def _number_or_text(value: Any) -> Any:
     """Fix values are rendered text; '36864' should read as a number in the Python spelling."""
     if isinstance(value, str):
@@ -230,10 +249,11 @@ class Advisor:
         for group in _group(_drop_shadowed(hits)):
             rule = group[0].rule
             facts = _aggregate(rule, group) if rule.aggregate else _merged_facts(group)
-            facts = derive_facts(rule, facts, ctx_dict, self.ev)
             first = group[0]
             specific = [h for h in group if not h.pattern.generic]
             anchor = specific[0] if specific else first
+            stage = anchor.stage if (anchor.stage in rule.stage_choices or not rule.stage) else rule.stage
+            facts = derive_facts(rule, facts, ctx_dict, self.ev, stage)
             evidence = _evidence(group)
             ranks = sorted({h.line.rank for h in group if h.line.rank is not None})
             stage = anchor.stage if (anchor.stage in rule.stage_choices or not rule.stage) else rule.stage

@@ -112,11 +112,12 @@ def template_names(facts: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]
     return {**facts, "facts": facts, "ctx": ctx, "mem": memory, "fn": advice_functions}
 
 
-def derive_facts(rule: Rule, facts: dict[str, Any], ctx: dict[str, Any], ev: Evaluator) -> dict[str, Any]:
-    """Add the rule's derived facts, in order; each sees the ones before it."""
+def derive_facts(rule: Rule, facts: dict[str, Any], ctx: dict[str, Any], ev: Evaluator,
+                 stage: str | None = None) -> dict[str, Any]:
+    """Add the rule's derived facts, in order; each sees the ones before it (and the stage of the failure)."""
     out = dict(facts)
     for name, source in rule.derive.items():
-        value = ev.value(source, template_names(out, ctx))
+        value = ev.value(source, {**template_names(out, ctx), "stage": stage})
         if value is not None or name not in out:
             out[name] = value  # None: known to be unknown, so templates can test it without failing
     return out
@@ -219,7 +220,7 @@ class Matcher:
                 if pattern.when_early and not self.ev.truth(
                         pattern.when, {**template_names(facts, ctx), "level": line.level}):
                     continue  # e.g. a stats line below the saturation threshold: no need to derive anything
-                names = derive_facts(rule, facts, ctx, self.ev)
+                names = derive_facts(rule, facts, ctx, self.ev, stage)
                 scope = {**template_names(names, ctx), "level": line.level}
                 if pattern.when and not pattern.when_early and not self.ev.truth(pattern.when, scope):
                     continue

@@ -333,7 +333,9 @@ class Tracker:
         if mark.stats:
             self._stats(text, number)
         if ctx.engine is None and ctx.version:
-            ctx.engine = "V1" if _version_tuple(ctx.version) >= (0, 11) else None
+            # V1 became the only engine in 0.11 and was opt-in before 0.8; between, the init line tells
+            v = _version_tuple(ctx.version)
+            ctx.engine = "V1" if v >= (0, 11) else "V0" if v < (0, 8) else None
 
     def finish(self) -> Context:
         """Fill what the release's defaults say when the log listed only non-default args."""

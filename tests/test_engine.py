@@ -277,3 +277,20 @@ def test_long_max_model_len_override_warning_is_not_an_error():
     assert diagnose_text(log).findings == []
     error = log.replace("WARNING 06-25 16:32:00 config.py:1450] ", "ValueError: ")
     assert diagnose_text(error).findings[0].rule.id == "max-model-len-exceeds-model"
+
+
+def test_profiling_run_oom_shrinks_the_batch_not_the_budget():
+    log = """\
+INFO 10-03 14:22:11 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='Qwen/Qwen2.5-32B-Instruct', dtype=torch.bfloat16, max_seq_len=32768, tensor_parallel_size=2, pipeline_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto
+INFO 10-03 14:23:06 model_runner.py:1071] Loading model weights took 30.7114 GB
+(VllmWorkerProcess pid=3120) ERROR 10-03 14:23:09 multiproc_worker_utils.py:231] Traceback (most recent call last):
+(VllmWorkerProcess pid=3120) ERROR 10-03 14:23:09 multiproc_worker_utils.py:231]   File "/v/vllm/worker/worker.py", line 223, in determine_num_available_blocks
+(VllmWorkerProcess pid=3120) ERROR 10-03 14:23:09 multiproc_worker_utils.py:231]     self.model_runner.profile_run()
+(VllmWorkerProcess pid=3120) ERROR 10-03 14:23:09 multiproc_worker_utils.py:231] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB. GPU 1 has a total capacity of 39.39 GiB of which 3.12 GiB is free. Including non-PyTorch memory, this process has 36.26 GiB memory in use.
+"""
+    f, report = primary(log)
+    assert (f.rule.id, f.stage, report.context.engine) == ("warmup-oom", "startup", "V0")
+    fixes = {x["flag"]: x["value"] for x in f.fixes}
+    assert fixes == {"--max-num-batched-tokens": "16384", "--enable-chunked-prefill": ""}
+    assert f.command == ("vllm serve Qwen/Qwen2.5-32B-Instruct --tensor-parallel-size 2 "
+                         "--max-num-batched-tokens 16384 --enable-chunked-prefill")
