@@ -9,6 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rapidfuzz import fuzz, process
+
+from . import flags, memory
+from .modelspec import SpecError, load_model, model_names
+
 
 def hyphen(flag: str) -> str:
     """'--max_model_len' -> '--max-model-len' (the part before a '.' only, as vLLM rewrites it)."""
@@ -38,14 +43,9 @@ def divisors_near(n: int, target: int, count: int = 3) -> list[int]:
     return sorted(near)
 
 
-
 def closest_flag(flag: str) -> str | None:
     """The real vLLM flag a typo most likely meant (None when nothing is close)."""
-    try:
-        from .flags import closest_flag as _closest
-    except ImportError:
-        return None
-    found = _closest(hyphen(flag))
+    found = flags.closest_flag(hyphen(flag))
     if isinstance(found, tuple):
         found = found[0] if found and (len(found) < 2 or (found[1] or 0) >= 80) else None
     return found or None
@@ -53,11 +53,7 @@ def closest_flag(flag: str) -> str | None:
 
 def renamed_flag(flag: str) -> Any:
     """What a renamed or removed flag became, if the bundled flag list knows."""
-    try:
-        from .flags import renamed
-    except ImportError:
-        return None
-    return renamed(hyphen(flag))
+    return flags.renamed(hyphen(flag))
 
 
 
@@ -142,22 +138,13 @@ def flag_fix(flag: str) -> dict[str, Any]:
 
 
 def _flag_since(flag: str) -> str | None:
-    try:
-        from .flags import lookup
-
-        return getattr(lookup(flag), "since", None)
-    except Exception:  # noqa: BLE001 - optional detail
-        return None
+    return getattr(flags.lookup(flag), "since", None)
 
 
 def _known_flag(flag: str) -> str | None:
     """The canonical spelling of a flag the bundled list knows ('--max_model_len' -> '--max-model-len')."""
     try:
-        from .flags import lookup
-    except ImportError:
-        return None
-    try:
-        found = lookup(flag)
+        found = flags.lookup(flag)
     except Exception:  # noqa: BLE001 - a helper from another module must not break the advice
         return None
     if found is None:
@@ -281,8 +268,6 @@ def closest_choice(value: str | None, choices: Any) -> str | None:
     options = [str(c) for c in (choices or []) if str(c)]
     if not options:
         return None
-    from rapidfuzz import fuzz, process
-
     found = process.extractOne(str(value), options, scorer=fuzz.ratio)
     return found[0] if found and found[1] >= 50 else None
 
@@ -294,9 +279,6 @@ def model_weights_gib(model: str | None, dtype: str | None = None, quantization:
     """
     if not model:
         return None
-    from . import memory
-    from .modelspec import SpecError, load_model
-
     try:
         spec = load_model(str(model))
     except (SpecError, OSError, ValueError):
@@ -312,16 +294,9 @@ def closest_model(model: str | None) -> str | None:
     """A known Hugging Face repo id (the planner's presets) that a mistyped one most likely meant."""
     if not model or "/" not in model or model.startswith(("/", ".", "~")):
         return None
-    try:
-        from .modelspec import model_names
-
-        names = [n for n in model_names() if "/" in n]
-    except Exception:  # noqa: BLE001 - a suggestion is optional
-        return None
+    names = [n for n in model_names() if "/" in n]
     if not names or model in names:
         return None
-    from rapidfuzz import fuzz, process
-
     digits = re.findall(r"\d+", model)
     # a typo in the letters; a different version or size (other digits) is another model, not a typo
     same = [n for n in names if re.findall(r"\d+", n) == digits]

@@ -19,6 +19,7 @@ from typing import Any
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
+from . import advice_functions, memory
 from .reader import FOLLOW, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, template_env
 from .stages import coarse
@@ -107,8 +108,6 @@ class Evaluator:
 
 def template_names(facts: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     """What templates and expressions see: facts by name, plus ctx and the arithmetic module."""
-    from . import advice_functions, memory
-
     return {**facts, "facts": facts, "ctx": ctx, "mem": memory, "fn": advice_functions}
 
 
