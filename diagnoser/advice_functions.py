@@ -171,17 +171,6 @@ def corrected_args(text: str | None, model: str | None = None) -> str:
 # -- memory held by other processes (gpu-memory-in-use) ---------------------------------------------------
 
 _PROC_USE = re.compile(r"(?:Process (?P<pid>\d+)|(?P<me>this process)) has (?P<size>[\d.]+ ?[KMGT]?i?B) memory in use")
-_UNIT = {"b": 1 / 2**30, "kib": 1 / 2**20, "kb": 1 / 2**20, "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0, "gb": 1.0,
-         "tib": 1024.0, "tb": 1024.0}
-
-
-def _size_gib(text: str) -> float | None:
-    m = re.fullmatch(r"([\d.]+) ?([KMGT]?i?B)", text.strip(), re.IGNORECASE)
-    if not m:
-        return None
-    return float(m.group(1)) * _UNIT.get(m.group(2).lower(), 1.0)
-
-
 def process_memory(text: str | None, torch_allocated_gib: float | None = None) -> dict[str, Any]:
     """PyTorch's OOM process list -> {"this_gib", "this_pid", "others": [(pid, gib)], "others_gib"}.
 
@@ -193,7 +182,7 @@ def process_memory(text: str | None, torch_allocated_gib: float | None = None) -
     this_pid: int | None = None
     others: list[tuple[int, float]] = []
     for m in _PROC_USE.finditer(text or ""):
-        size = _size_gib(m.group("size"))
+        size = memory.log_size_gib(m.group("size"))
         if size is None:
             continue
         if m.group("me"):

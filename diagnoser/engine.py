@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -68,6 +69,4 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
 
 def diagnose_text(text: str, rules: list[Rule] | tuple[Rule, ...] | None = None, redact: bool = True) -> Report:
     """Convenience for tests and pasted fragments."""
-    import io
-
     return diagnose(io.BytesIO(text.encode("utf-8")), "-", rules, redact)

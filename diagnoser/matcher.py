@@ -25,10 +25,6 @@ from .rules import Pattern, Rule, template_env
 from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
-GIB = float(1 << 30)
-UNIT_TO_GIB = {"b": 1 / GIB, "bytes": 1 / GIB, "kib": 1 / (1 << 20), "kb": 1 / (1 << 20), "mib": 1 / 1024,
-               "mb": 1 / 1024, "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
-SIZE = re.compile(r"(-?[\d.,\s]+)\s*([KMGT]?i?B|bytes)?", re.IGNORECASE)
 WINDOW_CHARS = 4000
 
 
@@ -44,19 +40,6 @@ class Hit:
     fine_stage: str | None
     facts: dict[str, Any]
     evidence: list[Line] = field(default_factory=list)
-    score: float = 100.0
-
-
-def parse_size_gib(text: str) -> float | None:
-    """'896.00 MiB' -> 0.875; '16.00 GiB' -> 16.0; '12345678 bytes' -> GiB; GB as vLLM prints it = GiB."""
-    m = SIZE.fullmatch(text.strip())
-    if not m:
-        return None
-    number = to_number(m.group(1))
-    if number is None:
-        return None
-    unit = (m.group(2) or "gib").lower()
-    return float(number) * UNIT_TO_GIB.get(unit, 1.0)
 
 
 def type_fact(kind: str | None, raw: str) -> Any:
@@ -67,10 +50,10 @@ def type_fact(kind: str | None, raw: str) -> Any:
     if kind == "list":
         return [p.strip(" '\"") for p in re.split(r"[,\s]+", raw) if p.strip(" '\"")]
     if kind in ("size",):
-        return parse_size_gib(raw)
+        return memory.log_size_gib(raw)
     if kind == "bytes":
         n = to_number(raw.replace(" ", ""))
-        return None if n is None else n / GIB
+        return None if n is None else n / memory.GIB
     n = to_number(re.sub(r"\s+", "", raw))
     if n is None:
         return None if kind in ("int", "float", "gib") else re.sub(r"\s+", " ", raw)
@@ -130,7 +113,6 @@ class Matcher:
         self.entries: list[tuple[Rule, Pattern, tuple[str, ...]]] = [
             (rule, p, tuple(k.lower() for k in p.keywords)) for rule in self.rules for p in rule.patterns
         ]
-        self.keywords = sorted({k for _, _, kws in self.entries for k in kws})
         self.hits: list[Hit] = []
         self.ev = Evaluator()
         self._pending: deque[tuple[Line, str | None]] = deque()
@@ -198,7 +180,6 @@ class Matcher:
                 if pattern.stages is not None and stage not in pattern.stages:
                     continue
                 facts: dict[str, Any] = {}
-                score = 100.0
                 if pattern.regex is not None:
                     m = _on_line(pattern.regex, rule, line.text) if len(window) > 1 else None
                     m = m or _search(pattern.regex, texts, None)
@@ -211,8 +192,7 @@ class Matcher:
                     if processed is None:
                         processed = [default_process(_focus(t, lw, kws, len(pattern.phrase or "")))
                                      for t, lw in zip(texts, lows, strict=True)]
-                    score = max(phrase_score(pattern.phrase or "", pr, pattern.threshold) for pr in processed)
-                    if not score:
+                    if not any(phrase_score(pattern.phrase or "", pr, pattern.threshold) for pr in processed):
                         continue
                 extracted = self._extract(rule, texts, line.text if len(window) > 1 else None)
                 facts.update({k: v for k, v in extracted.items() if k not in facts})
@@ -226,7 +206,7 @@ class Matcher:
                 if rule.when and not self.ev.truth(rule.when, scope):
                     continue
                 hit = Hit(rule=rule, pattern=pattern, line=line, end_line=window[-1].number, stage=stage,
-                          fine_stage=fine, facts=facts, evidence=window, score=float(score))
+                          fine_stage=fine, facts=facts, evidence=window)
                 best = found.get(rule.id)
                 if best is None or (best.pattern.generic, -len(best.facts)) > (pattern.generic, -len(facts)):
                     found[rule.id] = hit

@@ -20,6 +20,25 @@ GB = 10**9
 LEN_STEP = 1024
 
 
+#: Units as vLLM and PyTorch print them in logs. vLLM's "GB" is bytes / 2^30, so GB counts as GiB here
+#: (unlike `plan --gpu-memory 24GB`, where a person means 10^9).
+LOG_UNIT_GIB = {"b": 1 / GIB, "bytes": 1 / GIB, "kib": 1 / MIB, "kb": 1 / MIB, "mib": 1 / 1024, "mb": 1 / 1024,
+                "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
+_LOG_SIZE = re.compile(r"(-?[\d.,\s]+)\s*([KMGT]?i?B|bytes)?", re.IGNORECASE)
+
+
+def log_size_gib(text: str) -> float | None:
+    """'896.00 MiB' -> 0.875; '16.00 GiB' -> 16.0; '12345678 bytes' -> GiB; no unit -> GiB. None if not a size."""
+    m = _LOG_SIZE.fullmatch(text.strip())
+    if not m:
+        return None
+    try:
+        number = float(re.sub(r"[,\s]", "", m.group(1)))
+    except ValueError:
+        return None
+    return number * LOG_UNIT_GIB.get((m.group(2) or "gib").lower(), 1.0)
+
+
 def round_down(value: float, step: int = LEN_STEP) -> int:
     """The largest multiple of `step` not above `value` (0 when value < step)."""
     if value <= 0 or not math.isfinite(value):

@@ -235,6 +235,10 @@ class Prefilter:
         # one pass over a block whatever the number of keywords: the keywords as a trie-shaped regex
         self._any = re.compile(_trie(self.keywords)) if self.keywords else None
 
+    def holds(self, line: bytes) -> bool:
+        """Whether one line carries a keyword (the same test hit_lines makes on a whole block)."""
+        return self._any is not None and self._any.search(line.lower()) is not None
+
     def hit_lines(self, block: bytes) -> list[int]:
         """Start offsets of the lines in `block` that hold a keyword, sorted and unique."""
         if self._any is None:
@@ -478,8 +482,7 @@ def _follow_after(block: bytes, prefilter: Prefilter) -> int:
     tail_lines = block[-(MAX_LINE // 4):].split(b"\n")[:-1][-FOLLOW:]
     owed = 0
     for i, raw in enumerate(tail_lines):
-        low = raw.lower()
-        if any(kw in low for kw in prefilter.keywords):
+        if prefilter.holds(raw):
             owed = FOLLOW - (len(tail_lines) - 1 - i)
     return max(owed, 0)
 

@@ -23,7 +23,8 @@ STAGE_LEAD = {
 }
 
 
-def _close(want: Any, got: Any) -> bool:
+def close_enough(want: Any, got: Any) -> bool:
+    """Numbers within 1.1% (vLLM rounds what it prints), anything else equal."""
     if isinstance(want, (int, float)) and isinstance(got, (int, float)) and not isinstance(want, bool):
         return math.isclose(float(want), float(got), rel_tol=0.011, abs_tol=0.011)
     return want == got
@@ -52,7 +53,7 @@ def run_cases(rule: Rule, rules: tuple[Rule, ...] | list[Rule] | None = None) ->
         for name, want in (case.get("facts") or {}).items():
             if name not in facts:
                 failures.append(f"{where}: fact {name} missing (have {sorted(facts)})")
-            elif not _close(want, facts[name]):
+            elif not close_enough(want, facts[name]):
                 failures.append(f"{where}: fact {name} = {facts[name]!r}, want {want!r}")
         for needle in case.get("advice_contains") or []:
             if needle not in mine[0].advice and needle not in (mine[0].command or ""):

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from .reader import Line
-from .stages import coarse
+from .stages import coarse, order
 
 GIB_FIELDS_FROM_MIB = "_mib"
 
@@ -352,8 +352,6 @@ class Tracker:
         """Stages only move forward, except a new start-up (args or engine init) which restarts them."""
         if coarse(stage) in ("cli", "config"):
             return True
-        from .stages import order
-
         return order(stage) >= order(self.stage) or self.stage is None
 
     def _settings(self, settings: dict[str, Any], engine_line: bool) -> None:

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import yaml
 
 from diagnoser.engine import diagnose
+from diagnoser.selftest import close_enough
 
 from .conftest import FIXTURES
 
 #: contract fact name -> the Context field that holds the same number
 ALIASES = {"available_gib": "available_kv_cache_gib"}
 CASES = yaml.safe_load((FIXTURES / "expected.yaml").read_text())
-
-
-def _close(want, got) -> bool:
-    if isinstance(want, bool) or not isinstance(want, (int, float)):
-        return str(want) == str(got)
-    return isinstance(got, (int, float)) and math.isclose(float(got), float(want), rel_tol=0.011, abs_tol=0.011)
 
 
 def run(case):
@@ -49,10 +42,10 @@ def test_fixture_numbers(case):
     missing = []
     for name, want in (case.get("facts") or {}).items():
         got = facts.get(name, ctx.get(name))
-        if not _close(want, got):
+        if not close_enough(want, got):
             missing.append(f"{name}: want {want!r}, got {got!r}")
     for name, want in (case.get("context") or {}).items():
         got = ctx.get(ALIASES.get(name, name), ctx.get(name, facts.get(name)))
-        if not _close(want, got):
+        if not close_enough(want, got):
             missing.append(f"context {name}: want {want!r}, got {got!r}")
     assert missing == []
