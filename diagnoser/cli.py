@@ -16,6 +16,7 @@ import click
 
 from . import __version__
 from .engine import Report, diagnose
+from .errors import DoctorError
 from .plan import plan
 from .report import FORMATS, renderer
 from .rules import RuleError, builtin_rules, load_rules
@@ -240,6 +241,9 @@ def run() -> None:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         click.echo(f"vllm-doctor: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except DoctorError as exc:
+        click.echo(f"vllm-doctor: error: {exc}", err=True)
         sys.exit(2)
     except click.Abort:
         click.echo("vllm-doctor: aborted", err=True)
