@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import releases
+
 GIB = 1 << 30
 MIB = 1 << 20
 GB = 10**9
@@ -148,21 +150,12 @@ NO_P2P_GPUS = re.compile(r"geforce|rtx ?[2-5]0[5-9]0|titan", re.IGNORECASE)
 CUDA_GRAPH_BASE = 0.10 * GIB
 CUDA_GRAPH_PER_LAYER = 0.006 * GIB
 #: The release whose defaults the planner assumes when none is given.
-LATEST_VERSION = (0, 33, 0)
+LATEST_VERSION = releases.latest()
 
 
 def version_tuple(version: str | tuple[int, ...] | None) -> tuple[int, int, int]:
-    """'0.7.3' -> (0, 7, 3); 'latest' or None -> LATEST_VERSION."""
-    if version is None or version == "latest":
-        return LATEST_VERSION
-    if isinstance(version, tuple):
-        parts = [int(p) for p in version[:3]]
-    else:
-        parts = [int(p) for p in re.findall(r"\d+", str(version))[:3]]
-    while len(parts) < 3:
-        parts.append(0)
-    return (parts[0], parts[1], parts[2])
-
+    """'0.7.3' -> (0, 7, 3); 'latest' or None -> LATEST_VERSION (releases.parse_version)."""
+    return releases.parse_version(version)
 
 
 def dtype_bytes(dtype: str | None, default: float = 2) -> float:
@@ -473,40 +466,25 @@ def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False) -
 def graphs_budgeted(version: tuple[int, int, int]) -> bool:
     """From 0.20.0 vLLM subtracts its CUDA-graph estimate from the KV budget (D5); before, graphs are
     captured after the KV cache is allocated, from memory outside the budget."""
-    return version >= (0, 20, 0)
+    return bool(releases.default("cuda_graphs_in_budget", version))
 
 
-# --- release defaults (catalog C) --------------------------------------------------------------------------
+# --- release defaults (data/releases.yaml, through releases.py) ---------------------------------------------
 
 def engine_for(version: tuple[int, int, int], engine: str | None = None) -> str:
     """V0 was the default through 0.7.3 (V1 opt-in with VLLM_USE_V1=1 from 0.6.4), V1 from 0.8.0."""
-    if engine in ("V0", "V1"):
-        return engine
-    return "V0" if version < (0, 8, 0) else "V1"
+    return releases.engine_for(version, engine)
 
 
 def default_gpu_memory_utilization(version: tuple[int, int, int]) -> float:
     """0.9 through 0.19.x, 0.92 from 0.20.0."""
-    return 0.92 if version >= (0, 20, 0) else 0.9
-
-
-def _large_tier(version: tuple[int, int, int], gpu_gib: float, gpu_name: str) -> bool:
-    name = (gpu_name or "").lower()
-    if version < (0, 8, 5):
-        return "h100" in name or "h200" in name
-    if version < (0, 9, 0):
-        return gpu_gib >= 70
-    return gpu_gib >= 70 and "a100" not in name
+    return float(releases.default("gpu_memory_utilization", version))
 
 
 def default_max_num_seqs(version: tuple[int, int, int], gpu_gib: float, gpu_name: str = "",
                          engine: str | None = None) -> int:
     """256 for V0; V1: 1024 on large GPUs (>= 70 GiB, not A100, from 0.9.0), else 256."""
-    if engine_for(version, engine) == "V0":
-        return 256
-    if version < (0, 8, 5):
-        return 1024
-    return 1024 if _large_tier(version, gpu_gib, gpu_name) or gpu_gib >= 160 else 256
+    return int(releases.default("max_num_seqs", version, engine=engine, gpu_gib=gpu_gib, gpu_name=gpu_name))
 
 
 def default_max_num_batched_tokens(version: tuple[int, int, int], max_model_len: int, gpu_gib: float,
@@ -514,15 +492,8 @@ def default_max_num_batched_tokens(version: tuple[int, int, int], max_model_len:
     """The API server's default (catalog C). V0: max(max_model_len, 2048) unless chunked prefill is on
     (automatic above 32K tokens: 512 before 0.7.0, 2048 from 0.7.0). V1: 2048, or 8192 on large GPUs,
     16384 on >= 160 GiB from 0.31.0."""
-    if engine_for(version, engine) == "V0":
-        if max_model_len > 32768:
-            return 2048 if version >= (0, 7, 0) else 512
-        return max(max_model_len, 2048)
-    if version < (0, 8, 0):
-        return 2048
-    if version >= (0, 31, 0) and gpu_gib >= 160:
-        return 16384
-    return 8192 if _large_tier(version, gpu_gib, gpu_name) else 2048
+    return int(releases.default("max_num_batched_tokens", version, engine=engine, gpu_gib=gpu_gib,
+                                gpu_name=gpu_name, max_model_len=max_model_len))
 
 
 # --- the whole plan ------------------------------------------------------------------------------------------
@@ -618,7 +589,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         weights = float(weight_bytes(arch, mdb, quant, bits, tp, pp))
         sources["weights"] = "estimated"
     weights = max(0.0, weights - inp.cpu_offload_bytes)
-    v0_chunked = engine == "V0" and max_len > 32768
+    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len)
     act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked))
     ntm = float(non_torch_bytes(tp, pp, inp.gpu_name))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
@@ -638,7 +609,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
     # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
     # patterns as full attention
-    window_aware = (engine == "V1" and v >= (0, 8, 3)) or not arch.layer_types
+    window_aware = bool(releases.default("sliding_window_sized", v, engine=engine)) or not arch.layer_types
     kw = {"tp": tp, "pp": pp, "kv_bytes": kvb, "max_num_batched_tokens": batched,
           "block_size": inp.block_size, "window_aware": window_aware}
     need = request_kv_bytes(arch, max_len, **kw)

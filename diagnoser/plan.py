@@ -18,6 +18,7 @@ import click
 import jinja2
 
 from . import memory as mem
+from . import releases
 from .flags import by_prefix, closest_flag, lookup, normalize
 from .modelspec import GpuSpec, ModelSpec, load_gpu, load_model
 
@@ -438,7 +439,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
                     lg("max_num_batched_tokens"))
     engine = None
     use_v1 = cmd.env.get("VLLM_USE_V1")
-    if use_v1 in ("0", "1") and version < (0, 11, 0):
+    if use_v1 in ("0", "1") and releases.default("engine_env", version):
         engine = "V1" if use_v1 == "1" else "V0"
     if ctx is not None and ctx.engine in ("V0", "V1"):
         engine = ctx.engine

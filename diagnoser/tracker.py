@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from .reader import Line
+from .releases import default, engine_for, parse_version
 from .stages import coarse, order
 
 GIB_FIELDS_FROM_MIB = "_mib"
@@ -333,17 +334,19 @@ class Tracker:
         if mark.stats:
             self._stats(text, number)
         if ctx.engine is None and ctx.version:
-            # V1 became the only engine in 0.11 and was opt-in before 0.8; between, the init line tells
-            v = _version_tuple(ctx.version)
-            ctx.engine = "V1" if v >= (0, 11) else "V0" if v < (0, 8) else None
+            # V1 is the only engine once VLLM_USE_V1 is gone (0.11) and was opt-in before 0.8; between, the
+            # init line tells
+            v = parse_version(ctx.version)
+            if not default("engine_env", v) and v >= (0, 6, 4):
+                ctx.engine = "V1"
+            elif engine_for(v) == "V0":
+                ctx.engine = "V0"
 
     def finish(self) -> Context:
         """Fill what the release's defaults say when the log listed only non-default args."""
         ctx = self.context
         if self._nondefault_seen and ctx.version and ctx.gpu_memory_utilization is None:
-            from .memory import default_gpu_memory_utilization, version_tuple
-
-            ctx.gpu_memory_utilization = default_gpu_memory_utilization(version_tuple(ctx.version))
+            ctx.gpu_memory_utilization = float(default("gpu_memory_utilization", parse_version(ctx.version)))
             ctx.defaults.append(f"gpu_memory_utilization={ctx.gpu_memory_utilization} "
                                 f"(not in non-default args: vLLM {ctx.version}'s default)")
         return ctx
@@ -381,11 +384,6 @@ class Tracker:
             ctx.max_running_reqs = max(int(got["running"].group(1)), ctx.max_running_reqs or 0)
         if got["waiting"]:
             ctx.max_waiting_reqs = max(int(got["waiting"].group(1)), ctx.max_waiting_reqs or 0)
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = re.findall(r"\d+", version)[:3]
-    return tuple(int(p) for p in parts)
 
 
 def is_exception_line(text: str) -> re.Match[str] | None:
