@@ -45,6 +45,7 @@ def main() -> None:
       vllm-doctor                       paste a log, end with Ctrl-D
       vllm-doctor rules / explain ID    the rules and what each means
       vllm-doctor plan --help           predict whether a configuration starts
+      vllm-doctor compare OLD NEW       what changed between two starts, and the fix
     """
 
 
@@ -231,6 +232,62 @@ def explain_cmd(rule_id: str) -> None:
 
 
 main.add_command(plan)
+
+
+@main.command("compare")
+@click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=True, allow_dash=True))
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+              show_default=True)
+@click.option("--max-kv-loss", type=click.FloatRange(0, 1), default=0.2, show_default=True,
+              help="Exit 1 when the last log lost more than this fraction of the first log's KV tokens.")
+@click.option("--gpu", "gpu_name", help="GPU preset, for logs that do not print the GPU total (V1 0.8-0.25).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None)
+@click.option("--no-redact", is_flag=True, help="Keep secrets in the output.")
+def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: str | None, output: str | None,
+                no_redact: bool) -> None:
+    """Compare start-ups: BEFORE AFTER [MORE...] (each against the first).
+
+    \b
+      vllm-doctor compare vllm-0.7.3.log vllm-0.8.2.log
+      vllm-doctor compare --format markdown old.log new.log    for an issue or a chat prompt
+      vllm-doctor compare --max-kv-loss 0.1 old.log new.log    the upgrade gate in CI
+
+    For each log: the start-up budget vLLM measured (figures it did not print are derived or estimated for
+    that release, marked ~), the effective settings (explicit and release defaults). Then what moved, the
+    settings that changed, and the flags that give the old KV cache back, with the corrected command.
+    Exit 1 when the last log failed to start or lost more than --max-kv-loss of the KV tokens; 0 otherwise;
+    2 on a usage or input error. See docs/compare.md.
+    """
+    from .compare import compare_reports
+    from .report.compare import renderer as compare_renderer
+
+    if len(logs) < 2:
+        raise click.UsageError("compare needs two logs or more: vllm-doctor compare BEFORE.log AFTER.log")
+    if list(logs).count("-") > 1:
+        raise click.UsageError("only one of the logs can be '-' (stdin)")
+    total = None
+    if gpu_name:
+        from .modelspec import load_gpu
+
+        gpu = load_gpu(gpu_name)
+        total, gpu_name = gpu.memory_bytes / (1 << 30), gpu.name
+    reports = []
+    for name, stream in _open_inputs(logs):
+        try:
+            reports.append(diagnose(stream, name, builtin_rules(), redact=not no_redact))
+        finally:
+            if name != "-":
+                stream.close()
+    comparison = compare_reports(reports, max_kv_loss, total, gpu_name or "")
+    text = compare_renderer(fmt)(comparison, {})
+    if output:
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise click.UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
+    else:
+        click.echo(text, nl=False)
+    sys.exit(1 if comparison.primary.gate_failed else 0)
 
 
 def run() -> None:

@@ -55,6 +55,8 @@ class Context:
     activation_peak_gib: float | None = None
     non_torch_gib: float | None = None
     cuda_graph_gib: float | None = None
+    #: 0.18.0+: the utilization the budget equals once the CUDA-graph estimate is subtracted (graphs in budget)
+    utilization_without_graphs: float | None = None
     available_kv_cache_gib: float | None = None
     num_gpu_blocks: int | None = None
     num_cpu_blocks: int | None = None
