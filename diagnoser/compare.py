@@ -244,13 +244,38 @@ def start_from_report(report: Report, gpu_total_gib: float | None = None, gpu_na
     put("max_model_len", ctx.max_model_len or facts.get("max_model_len"))
     put("request_kv_gib", facts.get("required_gib"))
     put("max_concurrency", ctx.max_concurrency)
-    explicit = _explicit_settings(ctx)
-    settings = rel.effective_settings(version, engine=engine, gpu_gib=ctx.gpu_total_gib or gpu_total_gib or 0.0,
-                                      gpu_name=ctx.gpu_name or gpu_name, max_model_len=int(ctx.max_model_len or 0),
-                                      explicit=explicit)
     return Start(input=report.path, version=version, engine=engine, failed=failed, failure=failure, budget=b,
-                 settings=settings, context=ctx, model=ctx.model, gpu_name=ctx.gpu_name or gpu_name,
+                 settings={}, context=ctx, model=ctx.model, gpu_name=ctx.gpu_name or gpu_name,
                  arch=_arch_for(ctx.model))
+
+
+def _settings_for(s: Start) -> dict[str, dict[str, Any]]:
+    """Effective settings: explicit ones, the values the log printed as resolved, else the release defaults.
+
+    The GPU class decides V1's batch defaults; when the log printed the resolved max_num_batched_tokens
+    ('Chunked prefill is enabled with ...') and the GPU's name is unknown, the class that gives that value wins
+    (an 80 GiB A100 is in the small class from 0.9.0, which the total alone cannot tell).
+    """
+    ctx = s.context
+    explicit = _explicit_settings(ctx) if ctx is not None else {}
+    total = s.get("gpu_total_gib") or 0.0
+    max_len = int(s.get("max_model_len") or 0)
+    if ctx is not None and ctx.args_source == "namespace":
+        # a full argparse dump lists defaults too: a value equal to the release default is not a choice
+        plain = rel.effective_settings(s.version, engine=s.engine, gpu_gib=total, gpu_name=s.gpu_name,
+                                       max_model_len=max_len)
+        explicit = {k: v for k, v in explicit.items() if plain.get(k, {}).get("value") != v}
+    kw = {"engine": s.engine, "max_model_len": max_len, "explicit": explicit}
+    out = rel.effective_settings(s.version, gpu_gib=total, gpu_name=s.gpu_name, **kw)
+    printed = ctx.max_num_batched_tokens if ctx is not None else None
+    if printed and "max_num_batched_tokens" not in explicit and out["max_num_batched_tokens"]["value"] != printed:
+        for gib in (0.0, 80.0, 200.0):
+            alt = rel.effective_settings(s.version, gpu_gib=gib, gpu_name="", **kw)
+            if alt["max_num_batched_tokens"]["value"] == printed:
+                out = alt
+                break
+        out["max_num_batched_tokens"] = {**out["max_num_batched_tokens"], "value": printed, "source": "log"}
+    return out
 
 
 def _explicit_settings(ctx: Context) -> dict[str, Any]:
@@ -261,12 +286,6 @@ def _explicit_settings(ctx: Context) -> dict[str, Any]:
                 "enable_prefix_caching"):
         if args.get(key) is not None:
             out[key] = args[key]
-    if ctx.args_source == "namespace":
-        # a full dump lists every default: a value equal to the release default is not a choice
-        for key in ("gpu_memory_utilization", "enable_prefix_caching"):
-            out.pop(key, None)
-        if args.get("gpu_memory_utilization") is not None:
-            out["gpu_memory_utilization"] = args["gpu_memory_utilization"]
     if ctx.enforce_eager:
         out["cudagraph_capture_sizes"] = []
     return out
@@ -297,8 +316,11 @@ def _plan_input(s: Start) -> mem.PlanInput | None:
 def complete(s: Start, peer: Start | None = None) -> None:
     """Fill the figures a start did not print: derived from printed ones first, then the planner's estimate."""
     b = s.budget
-    if "gpu_total_gib" not in b and peer is not None and peer.get("gpu_total_gib"):
+    if "gpu_total_gib" not in b and peer is not None and peer.budget.get("gpu_total_gib") and \
+            peer.budget["gpu_total_gib"].source == "log":
         b["gpu_total_gib"] = Figure(peer.get("gpu_total_gib"), "other log")
+    if not s.settings:
+        s.settings = _settings_for(s)
     total, util = s.get("gpu_total_gib"), s.get("gpu_memory_utilization")
     if total and util:
         b.setdefault("budget_gib", Figure(total * util, "derived"))
@@ -526,7 +548,7 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
     graphs_now = after.get("cuda_graph_budget_gib") or 0.0
     graphs_then = before.get("cuda_graph_budget_gib") or 0.0
     if sa["cuda_graphs_in_budget"]["value"] and not sb["cuda_graphs_in_budget"]["value"] and graphs_now > 0 and total:
-        new_util = math.ceil((util_a + graphs_now / total) * 100) / 100
+        new_util = math.ceil((util_a + graphs_now / total) * 1000) / 1000  # vLLM suggests 4 decimals
         if new_util <= UTILIZATION_CEILING:
             since = sa["cuda_graphs_in_budget"].get("since", "this release")
             fixes.append(Fix("--gpu-memory-utilization", f"{new_util:g}", (new_util - util_a) * total,
@@ -606,11 +628,11 @@ def compare_reports(reports: list[Report], max_kv_loss: float = 0.2, gpu_total_g
     if len(reports) < 2:
         raise DoctorError("compare needs two logs or more: BEFORE AFTER [MORE...]")
     starts = [start_from_report(r, gpu_total_gib, gpu_name) for r in reports]
-    for i, s in enumerate(starts):
-        complete(s, starts[0] if i else starts[1])
+    printed = next((s for s in starts if s.budget.get("gpu_total_gib") and s.budget["gpu_total_gib"].source == "log"),
+                   None)
+    for s in starts:
+        complete(s, printed)
     first = starts[0]
-    if first.get("gpu_total_gib") is None:
-        complete(first, starts[1])
     return Comparison(starts, [pair(first, s, max_kv_loss) for s in starts[1:]])
 
 

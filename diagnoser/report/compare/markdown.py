@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import compare as cmp
-from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, settings_rows
+from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, plain, settings_rows
 
 
 def _cell(text: str) -> str:
@@ -51,7 +51,7 @@ def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
             out.append("")
             out.append("Settings that changed:")
             out.append("")
-            out.extend(f"- `{c.name}`: {c.before} → {c.after} ({c.why})" for c in changed)
+            out.extend(f"- `{c.name}`: {plain(c.before)} → {plain(c.after)} ({c.why})" for c in changed)
         if p.fixes:
             out.append("")
             out.append("Fix, computed:")

@@ -90,3 +90,14 @@ def columns(comp: cmp.Comparison) -> list[str]:
 def capital(text: str) -> str:
     """A reason as a sentence; 'vLLM' keeps its spelling."""
     return text if text.startswith("vLLM") else text[:1].upper() + text[1:]
+
+
+def plain(v: Any) -> str:
+    """A setting's value in a sentence: capture lists as 'N sizes up to M', booleans as on/off."""
+    if isinstance(v, list):
+        return rel.describe("cudagraph_capture_sizes", v)
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)

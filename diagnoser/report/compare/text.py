@@ -6,7 +6,7 @@ import textwrap
 from typing import Any
 
 from ... import compare as cmp
-from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, settings_rows
+from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, plain, settings_rows
 
 WIDTH = 110
 
@@ -49,7 +49,7 @@ def render_pair(p: cmp.Pair, multi: bool) -> list[str]:
         out.append("")
         out.append("Settings that changed:")
         for c in changed:
-            out.append(f"  - {c.name}: {_plain(c.before)} → {_plain(c.after)} ({c.why})")
+            out.append(f"  - {c.name}: {plain(c.before)} → {plain(c.after)} ({c.why})")
     if p.fixes:
         out.append("")
         out.append(f"Fix, computed for vLLM {'.'.join(map(str, p.after.version))} "
@@ -63,18 +63,6 @@ def render_pair(p: cmp.Pair, multi: bool) -> list[str]:
         out.append("")
         out.append(f"  run: {p.command}")
     return out
-
-
-def _plain(v: Any) -> str:
-    from ... import releases as rel
-
-    if isinstance(v, list):
-        return rel.describe("cudagraph_capture_sizes", v)
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
 
 
 def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
