@@ -1,0 +1,171 @@
+"""`vllm-doctor compare`: each fixture pair's moved components, settings, fixes, command and exit code; the seed's
+story end to end (the fixed flags make the planner predict a start); formats and errors."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import yaml
+
+from diagnoser import compare as cmp
+from diagnoser.engine import diagnose
+from diagnoser.plan import plan_config
+
+from .conftest import FIXTURES
+from .test_cli import doctor
+
+PAIRS = yaml.safe_load((FIXTURES / "compare" / "expected.yaml").read_text())
+
+
+def _paths(case: dict) -> tuple[str, str]:
+    d = FIXTURES / "compare" / case["dir"]
+    return str(d / case["before"]), str(d / case["after"])
+
+
+def _json(case: dict, *extra: str) -> tuple[dict, int]:
+    before, after = _paths(case)
+    run = doctor("compare", "--format", "json", *case.get("args", []), *extra, before, after)
+    assert run.stderr == b"", run.stderr.decode()
+    return json.loads(run.stdout), run.returncode
+
+
+@pytest.mark.parametrize("case", PAIRS, ids=[c["dir"] for c in PAIRS])
+def test_pair(case: dict) -> None:
+    data, code = _json(case)
+    assert code == case["exit"]
+    assert data["schema_version"] == 1
+    before, after = data["logs"]
+    assert after["failed"] is case["after_failed"] and before["failed"] is False
+    assert [before["budget"]["kv_cache_tokens"], after["budget"]["kv_cache_tokens"]] == case["kv_tokens"]
+    for key in case.get("estimated", []):
+        assert key in after["estimated"], key
+    changes = {c["name"]: c for c in data["changes"]}
+    for name, (was, now) in case["settings"].items():
+        assert (changes[name]["before"], changes[name]["after"]) == (was, now), name
+        assert changes[name]["why"]
+    if not case["settings"]:
+        assert not [c for c in data["changes"] if c.get("why") and c["name"] in ("engine", "cuda_graphs_in_budget")]
+    fixes = {f["flag"]: f for f in data["fixes"]}
+    assert set(fixes) == set(case["fixes"])
+    for flag, (value, gib) in case["fixes"].items():
+        assert fixes[flag]["value"] == value
+        assert fixes[flag]["returns_gib"] == pytest.approx(gib, abs=0.05)
+        assert fixes[flag]["reason"]
+    if "command" in case:
+        assert data["command"] == case["command"]
+    if not case["fixes"]:
+        assert data["command"] is None
+    assert [a["flag"] for a in data["alternatives"]] == case.get("alternatives", data and [a["flag"] for a in
+                                                                                          data["alternatives"]])
+    summary = data["summary"]
+    if case["moved"]:
+        pos = [summary.index(m[0].upper() + m[1:] if i == 0 else m) for i, m in enumerate(case["moved"])]
+        assert pos == sorted(pos)
+        lost = before["budget"]["kv_cache_gib"] - after["budget"]["kv_cache_gib"]
+        assert f"took {lost:.2f} GiB from the KV cache" in summary
+        assert f"{case['kv_tokens'][0]:,} → {case['kv_tokens'][1]:,} tokens" in summary
+    else:
+        assert summary.startswith("Nothing worth reporting")
+    assert data["gate"]["failed"] is (case["exit"] == 1)
+
+
+def test_seed_story_planner_predicts_a_start_with_the_fix() -> None:
+    """Same model, GPU and flags; the after start fails; the fix compare computes makes the planner agree it
+    starts on the new release (and without it, agree it fails)."""
+    case = next(c for c in PAIRS if "planner" in c)
+    data, code = _json(case)
+    assert code == 1 and data["logs"][1]["failure"] == "kv-cache-too-small"
+    p = case["planner"]
+    opts = {"model_ref": p["model"], "gpu_name": p["gpu"], "gpu_memory": None, "gpu_memory_utilization": None,
+            "max_model_len": None, "kv_cache_dtype": None, "dtype": None, "quantization": None,
+            "tensor_parallel_size": None, "pipeline_parallel_size": None, "max_num_seqs": None,
+            "max_num_batched_tokens": None, "enforce_eager": None, "weights": None, "overhead": None,
+            "vllm_version": p["vllm_version"], "log_path": None, "fmt": "json", "check": False,
+            "min_concurrency": None, "from_file": False}
+    fixed = shlex.split(data["command"])
+    unfixed = [t for i, t in enumerate(fixed) if t != "--max-num-seqs" and (i == 0 or fixed[i - 1] != "--max-num-seqs")]
+    assert plan_config(opts, unfixed).verdict.starts is False
+    assert plan_config(opts, fixed).verdict.starts is True
+    before_planned = plan_config({**opts, "vllm_version": "0.7.3"}, unfixed)
+    assert before_planned.verdict.starts is True
+
+
+def test_text_is_a_two_column_table_with_marks() -> None:
+    case = PAIRS[0]
+    before, after = _paths(case)
+    run = doctor("compare", before, after)
+    out = run.stdout.decode()
+    assert run.returncode == 1
+    header = next(line for line in out.splitlines() if line.startswith("Start-up budget"))
+    assert "before-0.7.3.log (started)" in header and "after-0.8.2.log (failed)" in header and "delta" in header
+    kv = next(line for line in out.splitlines() if line.strip().startswith("KV cache  "))
+    assert "2.94 GiB" in kv and "0.04 GiB" in kv and "-2.90 GiB" in kv
+    act = next(line for line in out.splitlines() if "activation peak" in line)
+    assert "4.72 GiB~" in act        # not printed by the failed 0.8.2 start: estimated, marked
+    assert "run: vllm serve meta-llama/Llama-3.1-8B-Instruct" in out and "--max-num-seqs 256" in out
+    assert "Upgrade gate: FAIL" in out
+
+
+def test_markdown_tables() -> None:
+    before, after = _paths(PAIRS[1])
+    out = doctor("compare", "--format", "markdown", before, after).stdout.decode()
+    assert out.startswith("## vllm-doctor compare")
+    assert "| KV cache | 4.91 GiB | 1.42 GiB~ | -3.49 GiB |" in out
+    assert "```bash\nvllm serve meta-llama/Llama-3.1-8B-Instruct" in out
+
+
+def test_max_kv_loss_gate() -> None:
+    case = next(c for c in PAIRS if c["dir"].startswith("cuda-graphs"))
+    data, code = _json(case, "--max-kv-loss", "0.1")     # 19% lost: passes at 20%, fails at 10%
+    assert code == 1 and "lost 19% of the KV tokens" in data["gate"]["reason"]
+    assert _json(case)[1] == 0
+
+
+def test_series_each_against_the_first() -> None:
+    case = PAIRS[1]
+    before, after = _paths(case)
+    run = doctor("compare", "--format", "json", before, after, after)
+    data = json.loads(run.stdout)
+    assert len(data["logs"]) == 3 and len(data["series"]) == 2
+    assert all(p["before"] == before for p in data["series"])
+
+
+def test_stdin_as_one_log() -> None:
+    before, after = _paths(PAIRS[1])
+    with open(after, "rb") as fh:
+        run = doctor("compare", "--format", "json", before, "-", stdin=fh.read())
+    assert run.returncode == 1 and json.loads(run.stdout)["logs"][1]["input"] == "-"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["only-one.log"], "two logs or more"),
+    (["missing-a.log", "missing-b.log"], "missing-a.log: cannot read"),
+    (["-", "-"], "only one of the logs can be '-'"),
+])
+def test_usage_errors(args: list[str], message: str) -> None:
+    run = doctor("compare", *args)
+    assert run.returncode == 2 and message in run.stderr.decode() and len(run.stderr.splitlines()) == 1
+
+
+def test_a_log_without_a_version_is_an_input_error(tmp_path) -> None:
+    (tmp_path / "a.log").write_text("hello\n")
+    before, _ = _paths(PAIRS[0])
+    run = doctor("compare", before, str(tmp_path / "a.log"))
+    assert run.returncode == 2 and "no vLLM version in the log" in run.stderr.decode()
+
+
+def test_fix_gives_max_model_len_when_the_new_release_needs_more() -> None:
+    """A user who already set --max-num-seqs explicitly gets the length that fits now instead."""
+    before, after = _paths(PAIRS[0])
+    with open(before, "rb") as fb, open(after, "rb") as fa:
+        reports = [diagnose(fb, "before.log"), diagnose(fa, "after.log")]
+    reports[1].context.args["max_num_seqs"] = 1024    # as if the user had passed --max-num-seqs 1024
+    reports[1].context.args_source = "non-default"
+    comp = cmp.compare_reports(reports)
+    fixes = {f.flag: f for f in comp.primary.fixes}
+    assert "--max-num-seqs" not in fixes
+    assert "--gpu-memory-utilization" not in fixes     # 2.3 GiB more would need a utilization above 1
+    assert fixes["--max-model-len"].value == "327"     # 0.04 GiB holds 327 tokens (less than 1024: not rounded)
+    assert "--max-model-len 327" in comp.primary.command
