@@ -669,3 +669,11 @@ def start_from_plan(planned: Any, label: str) -> Start:
     return Start(input=label, version=version, engine=engine, failed=not planned.verdict.starts,
                  failure=planned.verdict.stage if not planned.verdict.starts else None, budget=b, settings=settings,
                  model=inp.arch.name, gpu_name=inp.gpu_name, arch=inp.arch)
+
+
+# --- plan --vllm-version A,B: the planner's budget per release, the same diff and fix ---------------------------
+
+def compare_plans(planned: list[Any], max_kv_loss: float = 0.2) -> Comparison:
+    """Planned releases side by side, each against the first."""
+    starts = [start_from_plan(p, f"vLLM {p.data['vllm_version']}") for p in planned]
+    return Comparison(starts, [pair(starts[0], s, max_kv_loss) for s in starts[1:]])

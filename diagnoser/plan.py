@@ -318,7 +318,8 @@ def _pick(*values: Any) -> Any:
 @click.option("--weights", help="Weight memory per GPU (replaces the estimate), e.g. 16GB.")
 @click.option("--overhead", help="Activations + CUDA graphs + non-torch memory (replaces the estimate).")
 @click.option("--vllm-version", default="latest", show_default=True,
-              help="Release whose defaults and formulas to use (e.g. 0.7.3).")
+              help="Release whose defaults and formulas to use (e.g. 0.7.3); a list (0.7.3,0.8.2) plans each "
+              "release side by side with what moved and the fix.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), help="A startup log: its measured numbers "
               "replace the estimates.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -355,6 +356,8 @@ def run_plan(opts: dict[str, Any]) -> int:
         raise click.UsageError(f"unexpected argument {first!r}; put a vLLM command after '--' "
                                "(vllm-doctor plan --gpu L4 -- vllm serve MODEL ...), or plan launch config "
                                "files with --from-file")
+    if "," in str(opts["vllm_version"]):
+        return run_release_plans(opts, tokens)
     planned = plan_config(opts, tokens)
     if opts["fmt"] == "json":
         click.echo(json.dumps(planned.data, indent=2))
@@ -362,6 +365,48 @@ def run_plan(opts: dict[str, Any]) -> int:
         click.echo(planned.text, nl=False)
     if opts["check"]:
         return 0 if planned.ok else 1
+    return 0
+
+
+def run_release_plans(opts: dict[str, Any], tokens: list[str]) -> int:
+    """`--vllm-version 0.7.3,0.8.2`: one plan per release, side by side, with what moved and the fix."""
+    from .compare import compare_plans
+    from .report.compare import renderer as compare_renderer
+
+    versions = [v.strip() for v in str(opts["vllm_version"]).split(",") if v.strip()]
+    for v in versions:
+        releases.parse_release(v)
+    planned = [plan_config({**opts, "vllm_version": v}, tokens) for v in versions]
+    comparison = compare_plans(planned)
+    notes = []
+    for one, last in zip(comparison.pairs, planned[1:], strict=True):
+        if not one.fixes:
+            continue
+        changes = {f.flag: f.value for f in one.fixes}
+        if tokens:
+            cmd = parse_serve(tokens, last.res.inp.version)
+            one.command = render_command(cmd.model or last.data["model"], list(cmd.order), changes)
+        else:
+            one.command = render_command(last.data["model"], _order_from(last.res.inp, last.res, opts), changes)
+        # the fix checked by the planner itself: the same release with the fixed flags
+        cleared = {**opts, "vllm_version": last.data["vllm_version"],
+                   **{f.flag.lstrip("-").replace("-", "_"): None for f in one.fixes}}
+        again = plan_config(cleared, shlex.split(one.command))
+        notes.append(f"Planned again with the fix: vLLM {last.data['vllm_version']} "
+                     + (f"starts, {again.res.kv_cache_bytes / mem.GIB:.2f} GiB of KV cache "
+                        f"({again.res.kv_cache_tokens:,} tokens)." if again.verdict.starts
+                        else f"still does not start ({again.verdict.why})."))
+    if opts["fmt"] == "json":
+        doc = comparison.as_json()
+        click.echo(json.dumps({"schema_version": 1, "plans": [p.data for p in planned],
+                               **{k: doc[k] for k in ("changes", "summary", "fixes", "command", "alternatives")},
+                               "checked": notes}, indent=2))
+    else:
+        click.echo(compare_renderer("text")(comparison, {}), nl=False)
+        for note in notes:
+            click.echo(note)
+    if opts["check"]:
+        return 0 if all(p.ok for p in planned) else 1
     return 0
 
 

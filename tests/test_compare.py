@@ -169,3 +169,31 @@ def test_fix_gives_max_model_len_when_the_new_release_needs_more() -> None:
     assert "--gpu-memory-utilization" not in fixes     # 2.3 GiB more would need a utilization above 1
     assert fixes["--max-model-len"].value == "327"     # 0.04 GiB holds 327 tokens (less than 1024: not rounded)
     assert "--max-model-len 327" in comp.primary.command
+
+
+def test_plan_over_a_list_of_releases() -> None:
+    run = doctor("plan", "--gpu", "L4", "--vllm-version", "0.7.3,0.8.2", "--format", "json", "--",
+                 "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "16384")
+    assert run.returncode == 0, run.stderr.decode()
+    data = json.loads(run.stdout)
+    assert [p["vllm_version"] for p in data["plans"]] == ["0.7.3", "0.8.2"]
+    assert [p["engine"] for p in data["plans"]] == ["V0", "V1"]
+    assert data["plans"][0]["starts"] is True and data["plans"][1]["starts"] is False
+    assert [(f["flag"], f["value"]) for f in data["fixes"]] == [("--max-num-seqs", "256")]
+    assert data["command"] == "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 16384 --max-num-seqs 256"
+    assert data["checked"][0].startswith("Planned again with the fix: vLLM 0.8.2 starts")
+    assert "Activations +2.96 GiB took 2.96 GiB from the KV cache" in data["summary"]
+
+
+def test_plan_release_list_text_and_check() -> None:
+    run = doctor("plan", "--model", "llama-3.1-8b", "--gpu", "L4", "--max-model-len", "16384", "--check",
+                 "--vllm-version", "0.7.3,0.8.2")
+    out = run.stdout.decode()
+    assert run.returncode == 1          # --check: one release does not start
+    assert "vLLM 0.7.3 (started)" in out and "vLLM 0.8.2 (failed)" in out
+    assert "run: vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 16384 --max-num-seqs 256" in out
+
+
+def test_plan_release_list_rejects_a_bad_release() -> None:
+    run = doctor("plan", "--gpu", "L4", "--model", "llama-3.1-8b", "--vllm-version", "0.7.3,eight")
+    assert run.returncode == 2 and "--vllm-version 'eight': not a vLLM release" in run.stderr.decode()
