@@ -94,6 +94,7 @@ class Start:
             "input": self.input, "context": ctx,
             "budget": {k: _rounded(f.value) for k, f in self.budget.items()},
             "estimated": sorted(k for k, f in self.budget.items() if f.estimated and f.value is not None),
+            "derived": sorted(k for k, f in self.budget.items() if f.source == "derived" and f.value is not None),
             "settings": self.settings, "failed": self.failed, "failure": self.failure,
             "vllm_version": rel.version_str(self.version), "engine": self.engine,
         }
