@@ -466,6 +466,12 @@ def moved(before: Start, after: Start) -> list[tuple[str, float]]:
     return sorted(out, key=lambda t: -t[1])
 
 
+def quiet(kv_before: float, kv_after: float) -> bool:
+    """A KV change too small to report: under QUIET_GIB or under QUIET_FRACTION of the before size."""
+    lost = kv_before - kv_after
+    return abs(lost) < QUIET_GIB or (kv_before > 0 and abs(lost) / kv_before < QUIET_FRACTION)
+
+
 def summary(before: Start, after: Start) -> str:
     """The sentence naming what moved: 'CUDA graphs +1.90 GiB and activations +0.80 GiB took 2.70 GiB from the
     KV cache: 35,000 → 12,100 tokens'."""
@@ -478,7 +484,7 @@ def summary(before: Start, after: Start) -> str:
     if kb is None or ka is None:
         return "The KV cache of one start is unknown (no KV figure in the log and no planner estimate)" + tail + "."
     lost = kb - ka
-    if abs(lost) < QUIET_GIB or (kb > 0 and abs(lost) / kb < QUIET_FRACTION):
+    if quiet(kb, ka):
         if after.failed:
             return f"The KV cache is about the same ({_gib(kb)} → {_gib(ka)}){tail}."
         return f"Nothing worth reporting: the KV cache is within {QUIET_FRACTION:.0%} ({_gib(kb)} → {_gib(ka)}" + \
@@ -519,7 +525,7 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
         return fixes, alts
     lost = kb - ka
     need_request = after.get("request_kv_gib") or 0.0
-    if lost < QUIET_GIB and not after.failed:
+    if (lost <= 0 or quiet(kb, ka)) and not after.failed:
         return fixes, alts
     sb, sa = before.settings, after.settings
     act_delta = max(0.0, (after.get("activation_peak_gib") or 0.0) - (before.get("activation_peak_gib") or 0.0))
@@ -558,6 +564,16 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
                              "GPU memory as before"))
         else:
             new_util = util_a
+    elif sa["cuda_graphs_in_budget"]["value"] and not sb["cuda_graphs_in_budget"]["value"] and util_a and \
+            after.context is not None and after.context.utilization_without_graphs is not None:
+        # no GPU total in either log: vLLM's own suggestion, the utilization plus the share the graphs took
+        new_util = math.ceil((2 * util_a - after.context.utilization_without_graphs) * 1000) / 1000
+        if new_util <= UTILIZATION_CEILING:
+            fixes.append(Fix("--gpu-memory-utilization", f"{new_util:g}", max(0.0, lost),
+                             f"since vLLM {sa['cuda_graphs_in_budget'].get('since')} the budget also holds the CUDA "
+                             f"graphs ({util_a:g} is now worth {after.context.utilization_without_graphs:g} without "
+                             "them, as vLLM printed); raising the share by as much uses the same GPU memory as "
+                             "before (pass --gpu for the GiB figures)"))
     elif util_b > util_a and total:
         new_util = util_b
         fixes.append(Fix("--gpu-memory-utilization", f"{util_b:g}", (util_b - util_a) * total,

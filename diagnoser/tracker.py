@@ -339,7 +339,7 @@ class Tracker:
             # V1 is the only engine once VLLM_USE_V1 is gone (0.11) and was opt-in before 0.8; between, the
             # init line tells
             v = parse_version(ctx.version)
-            if not default("engine_env", v) and v >= (0, 6, 4):
+            if default("v1_only", v):
                 ctx.engine = "V1"
             elif engine_for(v) == "V0":
                 ctx.engine = "V0"

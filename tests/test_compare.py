@@ -197,3 +197,14 @@ def test_plan_release_list_text_and_check() -> None:
 def test_plan_release_list_rejects_a_bad_release() -> None:
     run = doctor("plan", "--gpu", "L4", "--model", "llama-3.1-8b", "--vllm-version", "0.7.3,eight")
     assert run.returncode == 2 and "--vllm-version 'eight': not a vLLM release" in run.stderr.decode()
+
+
+def test_graphs_fix_without_the_gpu_total_uses_vllms_own_figures() -> None:
+    """V1 0.19/0.20 logs print no GPU total: the fix still follows the utilization vLLM said graphs are worth."""
+    case = next(c for c in PAIRS if c["dir"].startswith("cuda-graphs"))
+    before, after = _paths(case)
+    data = json.loads(doctor("compare", "--format", "json", before, after).stdout)
+    assert "gpu_total_gib" not in data["logs"][1]["budget"]
+    fix = data["fixes"][0]
+    assert (fix["flag"], fix["value"]) == ("--gpu-memory-utilization", "0.932")   # vLLM suggested 0.9313
+    assert fix["returns_gib"] == pytest.approx(0.69, abs=0.01)

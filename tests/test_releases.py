@@ -64,6 +64,12 @@ def test_max_num_batched_tokens(version: str, gib: float, name: str, max_len: in
     assert rel.default("max_num_batched_tokens", v, gpu_gib=gib, gpu_name=name, max_model_len=max_len) == tokens
 
 
+def test_engine_choice_by_release() -> None:
+    assert rel.default("engine_env", (0, 6, 4)) and rel.default("engine_env", (0, 10, 2))
+    assert not rel.default("engine_env", (0, 6, 3)) and not rel.default("engine_env", (0, 11, 0))
+    assert rel.default("v1_only", (0, 11, 0)) and not rel.default("v1_only", (0, 10, 2))
+
+
 def test_each_default_knows_the_release_it_changed_in() -> None:
     d = rel.default_entry("gpu_memory_utilization", (0, 21, 0))
     assert (d.value, d.since) == (0.92, (0, 20, 0))
