@@ -438,10 +438,10 @@ def _why(s: Start, name: str, before: Start | None = None) -> str:
     if entry.get("source") == "explicit":
         return "set explicitly"
     since = entry.get("since")
+    if before is not None and before.engine != s.engine and name != "engine":
+        return f"the {s.engine} engine's default"
     if before is None or (since and rel.parse_version(since) > before.version):
         return f"new default since vLLM {since}" if since else "default"
-    if before.engine != s.engine:
-        return f"the {s.engine} engine's default"
     return "default for this GPU and max_model_len"
 
 
@@ -481,6 +481,8 @@ def summary(before: Start, after: Start) -> str:
     tail = ""
     if after.failed:
         tail = f"; {after.input} failed to start ({after.failure})"
+    if before.model and after.model and before.model != after.model:
+        tail += f" (different models: {before.model} and {after.model})"
     if kb is None or ka is None:
         return "The KV cache of one start is unknown (no KV figure in the log and no planner estimate)" + tail + "."
     lost = kb - ka
