@@ -209,7 +209,8 @@ def capture_sizes(rule: dict[str, Any] | None, max_num_seqs: int, max_num_batche
     if "seqs_times" in rule:
         limit = min(int(rule["seqs_times"]) * max_num_seqs, int(rule.get("max_size", 512)))
         sizes = [1, 2, 4, *range(8, min(top, limit) + 1, 8)]
-        sizes += list(range(int(rule.get("step16_from", 256)), limit + 1, 16))
+        if "step16_from" in rule:
+            sizes += list(range(int(rule["step16_from"]), limit + 1, 16))
     if rule.get("cut_at_max_num_seqs"):
         cut = next((s for s in sizes if s >= max_num_seqs), sizes[-1])
         sizes = [s for s in sizes if s <= cut]

@@ -88,6 +88,9 @@ def test_capture_sizes_per_release() -> None:
     assert new[-1] == 512 and len(new) == 51         # 8-steps to 248, then 16-steps to 512
     small = rel.default("cudagraph_capture_sizes", (0, 12, 0), max_num_seqs=64)
     assert small[-1] == 128                          # min(2 x max_num_seqs, 512)
+    assert rel.default("cudagraph_capture_sizes", (0, 9, 2), max_num_seqs=64)[-1] == 512    # before #20628
+    ten = rel.default("cudagraph_capture_sizes", (0, 10, 1), max_num_seqs=64)
+    assert ten[-1] == 128 and all(b - a <= 8 for a, b in zip(ten, ten[1:], strict=False))  # 8-steps only until 0.11.1
 
 
 def test_effective_settings_marks_explicit_and_defaults() -> None:
