@@ -481,16 +481,21 @@ def summary(before: Start, after: Start) -> str:
     tail = ""
     if after.failed:
         tail = f"; {after.input} failed to start ({after.failure})"
+    gb, ga = before.get("cuda_graph_gib"), after.get("cuda_graph_gib")
+    if gb is not None and ga is not None and ga - gb >= 0.25 and not after.settings["cuda_graphs_in_budget"]["value"]:
+        tail += (f"; CUDA graphs took {_signed(ga - gb)} more at capture, outside the budget (that much more must be "
+                 "free above --gpu-memory-utilization, or the warmup runs out of memory)")
     if before.model and after.model and before.model != after.model:
         tail += f" (different models: {before.model} and {after.model})"
     if kb is None or ka is None:
         return "The KV cache of one start is unknown (no KV figure in the log and no planner estimate)" + tail + "."
     lost = kb - ka
     if quiet(kb, ka):
-        if after.failed:
-            return f"The KV cache is about the same ({_gib(kb)} → {_gib(ka)}){tail}."
-        return f"Nothing worth reporting: the KV cache is within {QUIET_FRACTION:.0%} ({_gib(kb)} → {_gib(ka)}" + \
-               (f", {tokens}" if tokens else "") + ")."
+        same = f"the KV cache is within {QUIET_FRACTION:.0%} ({_gib(kb)} → {_gib(ka)}" + \
+               (f", {tokens}" if tokens else "") + ")"
+        if tail:
+            return f"{same[0].upper()}{same[1:]}{tail}."
+        return f"Nothing worth reporting: {same}."
     if lost < 0:
         return f"The KV cache grew by {_gib(-lost)}" + (f": {tokens}" if tokens else "") + tail + "."
     named = [(label, d) for label, d in moved(before, after) if d >= max(QUIET_GIB, 0.1 * lost)][:3]

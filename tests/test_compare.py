@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 import yaml
@@ -208,3 +209,22 @@ def test_graphs_fix_without_the_gpu_total_uses_vllms_own_figures() -> None:
     fix = data["fixes"][0]
     assert (fix["flag"], fix["value"]) == ("--gpu-memory-utilization", "0.932")   # vLLM suggested 0.9313
     assert fix["returns_gib"] == pytest.approx(0.69, abs=0.01)
+
+
+def test_output_file(tmp_path) -> None:
+    before, after = _paths(PAIRS[3])
+    out = tmp_path / "compare.md"
+    run = doctor("compare", "--format", "markdown", "-o", str(out), before, after)
+    assert run.returncode == 0 and run.stdout == b""
+    assert "Nothing worth reporting" in out.read_text()
+
+
+def test_graph_growth_outside_the_budget_is_named(tmp_path) -> None:
+    """Before 0.20 graphs are captured outside the budget: more graph memory cannot shrink the KV cache, but it
+    must be free, so the summary says so."""
+    before, after = _paths(PAIRS[3])
+    text = Path(after).read_text().replace("took 0.53 GiB", "took 1.41 GiB").replace(
+        "0.53 GiB for CUDAGraph", "1.41 GiB for CUDAGraph")
+    (tmp_path / "after.log").write_text(text)
+    data = json.loads(doctor("compare", "--format", "json", before, str(tmp_path / "after.log")).stdout)
+    assert "CUDA graphs took +0.89 GiB more at capture, outside the budget" in data["summary"]
