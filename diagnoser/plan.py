@@ -347,6 +347,9 @@ def plan(**opts: Any) -> None:
 def run_plan(opts: dict[str, Any]) -> int:
     """The plan command's body; returns the exit code."""
     if opts.get("from_file"):
+        if "," in str(opts["vllm_version"]):
+            raise click.UsageError("--vllm-version with a list of releases plans one configuration; "
+                                   "give one release with --from-file")
         return run_from_files(opts)
     tokens = list(opts["command"] or ())
     if tokens and tokens[0] == "--":

@@ -228,3 +228,15 @@ def test_graph_growth_outside_the_budget_is_named(tmp_path) -> None:
     (tmp_path / "after.log").write_text(text)
     data = json.loads(doctor("compare", "--format", "json", before, str(tmp_path / "after.log")).stdout)
     assert "CUDA graphs took +0.89 GiB more at capture, outside the budget" in data["summary"]
+
+
+def test_release_list_is_one_configuration_not_from_file(tmp_path) -> None:
+    (tmp_path / "serve.sh").write_text("vllm serve meta-llama/Llama-3.1-8B-Instruct\n")
+    run = doctor("plan", "--from-file", "--gpu", "L4", "--vllm-version", "0.7.3,0.8.2", str(tmp_path / "serve.sh"))
+    assert run.returncode == 2 and "give one release with --from-file" in run.stderr.decode()
+
+
+def test_unknown_gpu_is_a_usage_error() -> None:
+    before, after = _paths(PAIRS[2])
+    run = doctor("compare", "--gpu", "Voodoo5", before, after)
+    assert run.returncode == 2 and "Voodoo5" in run.stderr.decode()
