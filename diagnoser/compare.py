@@ -284,7 +284,7 @@ def _explicit_settings(ctx: Context) -> dict[str, Any]:
     args = ctx.args
     out: dict[str, Any] = {}
     for key in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
-                "enable_prefix_caching"):
+                "enable_prefix_caching", "kv_cache_memory_bytes"):
         if args.get(key) is not None:
             out[key] = args[key]
     if ctx.enforce_eager:
@@ -599,7 +599,7 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
         alts.append(Fix("--enforce-eager", None, graphs_now,
                         "no CUDA graphs at all: returns their whole budget share, but decoding runs eagerly "
                         "(expect noticeably lower throughput, most at small batch sizes)"))
-    if rel.default("kv_cache_memory_bytes", after.version) and kb > 0:
+    if rel.default("kv_cache_memory_bytes_flag", after.version) and kb > 0:
         alts.append(Fix("--kv-cache-memory-bytes", str(int(kb * mem.GIB)), max(0.0, lost),
                         "fixes the KV cache at the before start's size and skips the utilization budget; only "
                         "safe when that much GPU memory is really free"))

@@ -249,4 +249,6 @@ def describe(name: str, value: Any) -> str:
         return f"{len(value)} sizes up to {max(value)}" if value else "none"
     if isinstance(value, bool):
         return "on" if value else "off"
+    if value is None:
+        return "none"
     return str(value)

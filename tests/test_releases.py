@@ -100,6 +100,9 @@ def test_effective_settings_marks_explicit_and_defaults() -> None:
     assert s["max_num_seqs"]["value"] == 1024 and s["max_num_seqs"]["since"] == "0.6.5"
     assert s["engine"]["value"] == "V1" and s["enable_prefix_caching"]["value"] is True
     assert list(s) == list(rel.load().shown)
+    assert s["kv_cache_memory_bytes"]["value"] is None
+    assert rel.default("kv_cache_memory_bytes_flag", (0, 10, 2)) and not rel.default("kv_cache_memory_bytes_flag",
+                                                                                     (0, 10, 1))
 
 
 def test_every_setting_resolves_for_every_engine_and_tier() -> None:
