@@ -29,6 +29,8 @@ QUIET_GIB = 0.1
 QUIET_FRACTION = 0.05
 #: the highest --gpu-memory-utilization a fix proposes
 UTILIZATION_CEILING = 0.98
+#: the last release with the V0 engine (stands in for a V0 log that printed no version)
+LAST_V0 = (0, 10, 2)
 
 #: (key, label, unit) in display order
 BUDGET = (
@@ -82,6 +84,8 @@ class Start:
     model: str | None = None
     gpu_name: str = ""
     arch: Any = None
+    #: the log printed no version: `version` is a stand-in and its defaults are not evidence
+    assumed_version: bool = False
 
     def get(self, key: str) -> float | None:
         fig = self.budget.get(key)
@@ -96,7 +100,7 @@ class Start:
             "estimated": sorted(k for k, f in self.budget.items() if f.estimated and f.value is not None),
             "derived": sorted(k for k, f in self.budget.items() if f.source == "derived" and f.value is not None),
             "settings": self.settings, "failed": self.failed, "failure": self.failure,
-            "vllm_version": rel.version_str(self.version), "engine": self.engine,
+            "vllm_version": None if self.assumed_version else rel.version_str(self.version), "engine": self.engine,
         }
 
 
@@ -212,10 +216,11 @@ def _arch_for(model: str | None) -> Any:
 def start_from_report(report: Report, gpu_total_gib: float | None = None, gpu_name: str = "") -> Start:
     """A log's start: its printed budget, effective settings and whether it failed."""
     ctx = report.context
-    if not ctx.version:
-        raise DoctorError(f"{report.path}: no vLLM version in the log (the 'vLLM API server version' or engine "
-                          "init line); compare needs the start-up lines, not only the error")
-    version = rel.parse_version(ctx.version)
+    assumed = not ctx.version
+    # a fragment without the version banner: the newest release of the engine it shows stands in for the
+    # defaults, and nothing is concluded from them
+    stand_in = LAST_V0 if ctx.engine == "V0" else rel.latest()
+    version = stand_in if assumed else rel.parse_version(ctx.version)
     engine = rel.engine_for(version, ctx.engine)
     failed, failure, facts = _failure(report.findings)
     b: dict[str, Figure] = {}
@@ -247,7 +252,7 @@ def start_from_report(report: Report, gpu_total_gib: float | None = None, gpu_na
     put("max_concurrency", ctx.max_concurrency)
     return Start(input=report.path, version=version, engine=engine, failed=failed, failure=failure, budget=b,
                  settings={}, context=ctx, model=ctx.model, gpu_name=ctx.gpu_name or gpu_name,
-                 arch=_arch_for(ctx.model))
+                 arch=_arch_for(ctx.model), assumed_version=assumed)
 
 
 def _settings_for(s: Start) -> dict[str, dict[str, Any]]:
@@ -276,6 +281,10 @@ def _settings_for(s: Start) -> dict[str, dict[str, Any]]:
                 out = alt
                 break
         out["max_num_batched_tokens"] = {**out["max_num_batched_tokens"], "value": printed, "source": "log"}
+    if s.assumed_version:
+        for entry in out.values():
+            if entry["source"] == "default":
+                entry["source"] = "assumed"
     return out
 
 
@@ -406,6 +415,10 @@ def diff(before: Start, after: Start) -> list[Change]:
         vb, va = (fb.value if fb else None), (fa.value if fa else None)
         delta = va - vb if isinstance(va, (int, float)) and isinstance(vb, (int, float)) else None
         out.append(Change(key, vb, va, delta, unit, bool((fb and fb.estimated) or (fa and fa.estimated))))
+    if before.assumed_version or after.assumed_version:
+        out.insert(0, Change("vllm_version", None if before.assumed_version else rel.version_str(before.version),
+                             None if after.assumed_version else rel.version_str(after.version), None, "", False))
+        return out  # without both releases the defaults prove nothing: only the printed budget is compared
     if before.version != after.version:
         out.insert(0, Change("vllm_version", rel.version_str(before.version), rel.version_str(after.version),
                              None, "", False))
@@ -485,6 +498,9 @@ def summary(before: Start, after: Start) -> str:
     if gb is not None and ga is not None and ga - gb >= 0.25 and not after.settings["cuda_graphs_in_budget"]["value"]:
         tail += (f"; CUDA graphs took {_signed(ga - gb)} more at capture, outside the budget (that much more must be "
                  "free above --gpu-memory-utilization, or the warmup runs out of memory)")
+    for st in (before, after):
+        if st.assumed_version:
+            tail += f"; {st.input} printed no vLLM version, so release defaults are not compared"
     if before.model and after.model and before.model != after.model:
         tail += f" (different models: {before.model} and {after.model})"
     if kb is None or ka is None:
@@ -535,11 +551,12 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
     if (lost <= 0 or quiet(kb, ka)) and not after.failed:
         return fixes, alts
     sb, sa = before.settings, after.settings
+    known = not (before.assumed_version or after.assumed_version)
     act_delta = max(0.0, (after.get("activation_peak_gib") or 0.0) - (before.get("activation_peak_gib") or 0.0))
     seqs_b, seqs_a = int(sb["max_num_seqs"]["value"]), int(sa["max_num_seqs"]["value"])
     bt_b, bt_a = int(sb["max_num_batched_tokens"]["value"]), int(sa["max_num_batched_tokens"]["value"])
-    seqs_fix = seqs_a > seqs_b and sa["max_num_seqs"]["source"] == "default"
-    bt_fix = bt_a > bt_b and sa["max_num_batched_tokens"]["source"] == "default" and \
+    seqs_fix = known and seqs_a > seqs_b and sa["max_num_seqs"]["source"] == "default"
+    bt_fix = known and bt_a > bt_b and sa["max_num_batched_tokens"]["source"] == "default" and \
         bool(sa["enable_chunked_prefill"]["value"])
     r_seqs = _activation_return(after, seqs_b, None) if seqs_fix else None
     r_both = _activation_return(after, seqs_b if seqs_fix else None, bt_b if bt_fix else None)
@@ -561,7 +578,8 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
     new_util = util_a
     graphs_now = after.get("cuda_graph_budget_gib") or 0.0
     graphs_then = before.get("cuda_graph_budget_gib") or 0.0
-    if sa["cuda_graphs_in_budget"]["value"] and not sb["cuda_graphs_in_budget"]["value"] and graphs_now > 0 and total:
+    graphs_moved = known and sa["cuda_graphs_in_budget"]["value"] and not sb["cuda_graphs_in_budget"]["value"]
+    if graphs_moved and graphs_now > 0 and total:
         new_util = math.ceil((util_a + graphs_now / total) * 1000) / 1000  # vLLM suggests 4 decimals
         if new_util <= UTILIZATION_CEILING:
             since = sa["cuda_graphs_in_budget"].get("since", "this release")
@@ -571,8 +589,8 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
                              "GPU memory as before"))
         else:
             new_util = util_a
-    elif sa["cuda_graphs_in_budget"]["value"] and not sb["cuda_graphs_in_budget"]["value"] and util_a and \
-            after.context is not None and after.context.utilization_without_graphs is not None:
+    elif graphs_moved and util_a and after.context is not None and \
+            after.context.utilization_without_graphs is not None:
         # no GPU total in either log: vLLM's own suggestion, the utilization plus the share the graphs took
         new_util = math.ceil((2 * util_a - after.context.utilization_without_graphs) * 1000) / 1000
         if new_util <= UTILIZATION_CEILING:
@@ -586,7 +604,7 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
         fixes.append(Fix("--gpu-memory-utilization", f"{util_b:g}", (util_b - util_a) * total,
                          f"the budget share fell {util_b:g} → {util_a:g} "
                          f"({_why(after, 'gpu_memory_utilization', before)})"))
-    if graphs_now - graphs_then >= QUIET_GIB and sb["cuda_graphs_in_budget"]["value"]:
+    if known and graphs_now - graphs_then >= QUIET_GIB and sb["cuda_graphs_in_budget"]["value"]:
         flag = rel.default("capture_size_flag", after.version, engine=after.engine)
         sizes_b = sb["cudagraph_capture_sizes"]["value"] or []
         if flag and sizes_b and flag != "--compilation-config":
@@ -599,7 +617,7 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
         alts.append(Fix("--enforce-eager", None, graphs_now,
                         "no CUDA graphs at all: returns their whole budget share, but decoding runs eagerly "
                         "(expect noticeably lower throughput, most at small batch sizes)"))
-    if rel.default("kv_cache_memory_bytes_flag", after.version) and kb > 0:
+    if known and rel.default("kv_cache_memory_bytes_flag", after.version) and kb > 0:
         alts.append(Fix("--kv-cache-memory-bytes", str(int(kb * mem.GIB)), max(0.0, lost),
                         "fixes the KV cache at the before start's size and skips the utilization budget; only "
                         "safe when that much GPU memory is really free"))

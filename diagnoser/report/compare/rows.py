@@ -71,11 +71,12 @@ def budget_rows(comp: cmp.Comparison) -> list[Row]:
 
 
 def settings_rows(comp: cmp.Comparison) -> list[Row]:
-    out = [Row("vLLM", [rel.version_str(s.version) for s in comp.starts], [""] * (len(comp.starts) - 1), False,
-               "settings")]
+    out = [Row("vLLM", ["? (not in the log)" if s.assumed_version else rel.version_str(s.version)
+                        for s in comp.starts], [""] * (len(comp.starts) - 1), False, "settings")]
     for name in rel.load().shown:
         vals = [s.settings.get(name, {}) for s in comp.starts]
-        cells = [rel.describe(name, v.get("value")) + ("" if v.get("source") == "explicit" else " (default)")
+        cells = [rel.describe(name, v.get("value")) + {"explicit": "", "log": " (printed)",
+                                                        "assumed": " (assumed)"}.get(v.get("source", ""), " (default)")
                  for v in vals]
         changed = ["changed" if v.get("value") != vals[0].get("value") else "" for v in vals[1:]]
         out.append(Row(name, cells, changed, False, "settings"))
