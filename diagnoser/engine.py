@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .advise import Advisor, Finding
 from .matcher import Hit, Matcher
@@ -31,6 +31,12 @@ class Report:
         for f in self.findings:
             out[f.severity] += 1
         return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract (schema_version 1): exactly what `--format json` prints for this input."""
+        from .report.model import report_dict
+
+        return report_dict(self)
 
 
 def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
