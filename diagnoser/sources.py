@@ -116,3 +116,39 @@ class IterStream(io.RawIOBase):
 def lines_stream(lines: Iterable[str | bytes]) -> BinaryIO:
     """An iterable of lines as a buffered binary stream (each item is one line; a missing newline is added)."""
     return io.BufferedReader(IterStream(lines), buffer_size=1 << 16)  # type: ignore[return-value]
+
+
+class _Prepended(io.RawIOBase):
+    """`head` then the rest of `stream`: read a file's first bytes to sniff it without losing them."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self._head = head
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._stream.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+def sniff(stream: BinaryIO, size: int = 1 << 16) -> tuple[bytes, BinaryIO]:
+    """The stream's first `size` bytes, and a stream that still yields every byte from the start."""
+    head = b""
+    while len(head) < size:
+        chunk = stream.read(size - len(head))
+        if not chunk:
+            break
+        head += chunk
+    return head, io.BufferedReader(_Prepended(head, stream), buffer_size=1 << 20)  # type: ignore[return-value]
