@@ -70,7 +70,7 @@ def scan_stream(raw: BinaryIO, path: str, opts: ScanOptions) -> list[dict[str, A
     rules = resolve_rules(list(opts.rule_paths) or None)
     docs: list[dict[str, Any]] = []
     try:
-        stream = decompressed(raw if hasattr(raw, "peek") else io.BufferedReader(raw), path)  # type: ignore[arg-type]
+        stream = decompressed(raw if hasattr(raw, "peek") else io.BufferedReader(raw), path)  # type: ignore[arg-type,type-var]
         for log in logs_in(stream, path):
             with log.stream:
                 doc = report_dict(diagnose(log.stream, log.name, rules, redact=opts.redact))

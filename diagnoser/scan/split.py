@@ -155,11 +155,16 @@ def _str_labels(obj: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in obj.items()} if isinstance(obj, dict) else {}
 
 
+def _lines(stream: BinaryIO) -> Iterator[bytes]:
+    """Lines of at most 1 MiB (a longer one comes in pieces, which continue the stream they belong to)."""
+    return iter(lambda: stream.readline(1 << 20), b"")
+
+
 def _cut(shape: str, stream: BinaryIO, path: str) -> Iterator[Log]:
     spool = _Spool(path)
     if shape == "kubectl":
         labels: dict[str, str] = {}
-        for line in stream:
+        for line in _lines(stream):
             m = KUBECTL.match(line)
             if m:
                 labels = {"pod": m["pod"].decode(errors="replace"),
@@ -168,7 +173,7 @@ def _cut(shape: str, stream: BinaryIO, path: str) -> Iterator[Log]:
             spool.add(labels, line)  # an unprefixed line continues the stream before it
     elif shape == "logcli":
         labels = {}
-        for line in stream:
+        for line in _lines(stream):
             m = LOGCLI.match(line.rstrip(b"\r\n"))
             if m:
                 labels = _labels_text(m["labels"].decode(errors="replace"))
@@ -176,7 +181,7 @@ def _cut(shape: str, stream: BinaryIO, path: str) -> Iterator[Log]:
             else:
                 spool.add(labels, line)
     elif shape == "logcli-jsonl":
-        for number, line in enumerate(stream, 1):
+        for number, line in enumerate(_lines(stream), 1):
             if not line.strip():
                 continue
             try:
