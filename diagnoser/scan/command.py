@@ -70,12 +70,20 @@ def scan_cmd(paths: tuple[str, ...], jobs: int, fmt: str, fail_on: str, exit_zer
     """
     from ..api import resolve_rules
     from ..report import scan_writer
+    from .discover import check_targets, iter_paths
     from .progress import Progress, tracked
     from .run import ScanOptions, scan
 
     if no_redact:
         click.echo("vllm-doctor: warning: --no-redact: secrets in the logs will appear in the output", err=True)
-    resolve_rules(list(rule_paths) or None)  # a broken rule pack is one error before any file is read
+    from ..errors import DoctorError
+
+    try:
+        resolve_rules(list(rule_paths) or None)  # a broken rule pack is one error before any file is read
+        if engine == "local":
+            check_targets(paths)
+    except DoctorError as exc:
+        raise click.UsageError(str(exc)) from None
     opts = ScanOptions(rule_paths=tuple(os.path.abspath(p) for p in rule_paths), redact=not no_redact)
     if engine == "ray":
         from ..ray import scan_paths
@@ -83,9 +91,6 @@ def scan_cmd(paths: tuple[str, ...], jobs: int, fmt: str, fail_on: str, exit_zer
         docs: Iterator[dict[str, Any]] = scan_paths(list(paths), opts, address=ray_address)
         total = None
     else:
-        from .discover import check_targets, iter_paths
-
-        check_targets(paths)
         show = progress if progress is not None else sys.stderr.isatty()
         total = sum(1 for _ in iter_paths(paths)) if show else None
         docs = scan(iter_paths(paths), opts, jobs=jobs or (os.cpu_count() or 1))

@@ -27,7 +27,7 @@ def _walk(folder: str) -> Iterator[str]:
         try:
             if entry.is_dir(follow_symlinks=False):
                 yield from _walk(entry.path)
-            elif entry.is_file():
+            elif entry.is_file() or entry.is_symlink():  # a dangling link is reported as unreadable
                 yield entry.path
         except OSError:
             yield entry.path

@@ -112,7 +112,7 @@ class _Spool:
 
     def logs(self) -> Iterator[Log]:
         try:
-            for key, fh in self.files.items():
+            for key, fh in sorted(self.files.items()):
                 newest_first = key in self.first and _order_key(self.last[key]) < _order_key(self.first[key])
                 fh.flush()
                 fh.seek(0)
