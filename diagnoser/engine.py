@@ -39,10 +39,23 @@ class Report:
         return report_dict(self)
 
 
+_PREFILTERS: dict[int, tuple[object, Prefilter]] = {}
+
+
 def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
-    """Every keyword any rule or the tracker needs: the only lines the doctor ever decodes."""
+    """Every keyword any rule or the tracker needs: the only lines the doctor ever decodes.
+
+    Built once per rule set object (a scan diagnoses thousands of logs with the same rules).
+    """
+    cached = _PREFILTERS.get(id(rules))
+    if cached is not None and cached[0] is rules:
+        return cached[1]
     words = [k for r in rules for p in r.patterns for k in p.keywords]
-    return Prefilter([*words, *landmark_keywords()])
+    prefilter = Prefilter([*words, *landmark_keywords()])
+    if len(_PREFILTERS) >= 16:
+        _PREFILTERS.clear()
+    _PREFILTERS[id(rules)] = (rules, prefilter)  # the reference keeps the id from being reused
+    return prefilter
 
 
 def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, ...] | None = None,
