@@ -6,9 +6,8 @@ rows. Ray reuses its worker processes, and the rules are cached per process, so 
 once. `diagnose_dataset(ds)` gives the flat rows of report/rows.py (one per finding, one per clean or
 unreadable log) for Parquet or aggregation; `scan_paths` gives the JSON documents `scan` writes.
 
-    import ray
-    from diagnoser.ray import diagnose_dataset
-    ds = ray.data.read_binary_files("s3://bucket/vllm-logs/", include_paths=True)
+    from diagnoser.ray import diagnose_dataset, read_logs
+    ds = read_logs("s3://bucket/vllm-logs/")          # one row per file, read raw inside the tasks
     diagnose_dataset(ds).write_parquet("s3://bucket/vllm-doctor/")
 """
 
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
     import ray.data
 
 INSTALL_HINT = "the ray engine needs Ray Data: pip install 'vllm-log-doctor[ray]'"
-URI_SCHEMES = ("s3://", "gs://", "gcs://", "hdfs://", "abfs://", "abfss://", "az://", "file://", "local://")
+URI_SCHEMES = ("s3://", "gs://", "gcs://", "hdfs://", "abfs://", "abfss://", "az://", "file://")
 
 
 def _ray() -> Any:
@@ -40,8 +39,16 @@ def _ray() -> Any:
     return ray
 
 
+def _open_uri(uri: str) -> Any:
+    """A URI's bytes as pyarrow's filesystem streams them, never decompressed by pyarrow (the doctor does it)."""
+    from pyarrow import fs
+
+    filesystem, path = fs.FileSystem.from_uri(uri)
+    return filesystem.open_input_stream(path, compression=None)
+
+
 def _docs(row: dict[str, Any], opts: ScanOptions) -> list[dict[str, Any]]:
-    """A row of file bytes (read_binary_files), or a local file named by `file` and reported as `path`."""
+    """The documents of one row: a local `file` or a `uri` (from read_logs), or `bytes` (read_binary_files)."""
     path = str(row.get("path") or "-")
     if row.get("file"):
         from .scan.run import scan_file
@@ -53,6 +60,16 @@ def _docs(row: dict[str, Any], opts: ScanOptions) -> list[dict[str, Any]]:
                 if "error" in doc:
                     doc["error"]["message"] = doc["error"]["message"].replace(str(row["file"]), path, 1)
         return docs
+    if row.get("uri"):
+        from .scan.run import error_doc
+        from .sources import sniff
+
+        try:
+            raw = _open_uri(str(row["uri"]))
+        except OSError as exc:
+            return [error_doc(path, "unreadable", f"{path}: cannot read ({exc})")]
+        with raw:
+            return scan_stream(sniff(raw, 0)[1], path, opts)
     return scan_stream(io.BytesIO(bytes(row["bytes"])), path, opts)
 
 
@@ -73,20 +90,66 @@ def _options(rules: Sequence[str] | None, redact: bool) -> ScanOptions:
 
 def diagnose_dataset(ds: ray.data.Dataset, *, rules: Sequence[str] | None = None,
                      redact: bool = True) -> ray.data.Dataset:
-    """Flat report rows for a Dataset of log files (`bytes` and `path` columns, as `read_binary_files(...,
-    include_paths=True)` makes them): source, stream, status, rule, severity, stage, line, model, GPU,
-    release, the main facts and all facts as JSON (report/rows.py COLUMNS)."""
+    """Flat report rows for a Dataset of log files: `read_logs(...)`, or `bytes` and `path` columns as
+    `read_binary_files(..., include_paths=True)` makes them. Columns (report/rows.py COLUMNS): source,
+    stream, status, rule, severity, stage, line, title, model, GPU, release, the main facts, all facts as JSON.
+    """
     from functools import partial
 
     return ds.flat_map(partial(_flat, opts=_options(rules, redact)))
 
 
-def _local_files(targets: Sequence[str]) -> list[dict[str, str]]:
-    """Local targets listed as the local scan lists them: read by absolute path, reported as given."""
+def list_logs(targets: Sequence[str]) -> list[dict[str, str]]:
+    """The log files under the targets, one row each (`path` as reported, `file` or `uri` to read).
+
+    Local files, folders and globs are listed as the local scan lists them; URIs (s3://, gs://, ...) through
+    pyarrow's filesystems, folders recursively, hidden names skipped, sorted.
+    """
     from .scan.discover import check_targets, iter_paths
 
-    check_targets(targets)
-    return [{"path": p, "file": os.path.abspath(p)} for p in iter_paths(targets)]
+    local = [t for t in targets if not t.startswith(URI_SCHEMES)]
+    if local:
+        check_targets(local)
+    rows: list[dict[str, str]] = []
+    for target in targets:
+        if not target.startswith(URI_SCHEMES):
+            rows.extend({"path": p, "file": os.path.abspath(p)} for p in iter_paths([target]))
+            continue
+        from pyarrow import fs
+
+        scheme = target[: target.index("://") + 3]
+        try:
+            filesystem, base = fs.FileSystem.from_uri(target)
+            info = filesystem.get_file_info(base)
+            if info.type == fs.FileType.NotFound:
+                raise UsageError(f"{target}: no such file or folder; check the URI")
+            if info.type == fs.FileType.Directory:
+                found = filesystem.get_file_info(fs.FileSelector(base, recursive=True))
+                names = sorted(i.path for i in found if i.type == fs.FileType.File
+                               and not any(part.startswith(".") for part in i.path[len(base):].split("/")))
+            else:
+                names = [base]
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{target}: cannot list ({exc})") from None
+        for name in names:  # pyarrow's paths: "bucket/key" for object stores, "/abs/path" for file://
+            uri = "file://" + name if scheme == "file://" else scheme + name.lstrip("/")
+            rows.append({"path": uri, "uri": uri})
+    return rows
+
+
+def read_logs(targets: str | Sequence[str]) -> ray.data.Dataset:
+    """A Dataset of the log files under the targets (see list_logs), for `diagnose_dataset`.
+
+    Unlike `read_binary_files`, each file is read inside the task that diagnoses it, as raw bytes: pyarrow
+    would decompress `.gz` / `.bz2` / `.zst` by name, and one truncated archive would fail the whole job,
+    where the doctor reports it as one bad file.
+    """
+    ray = _ray()
+    items = list_logs([targets] if isinstance(targets, str) else list(targets))
+    if not items:
+        raise UsageError("no log files found in " + (targets if isinstance(targets, str) else ", ".join(targets)))
+    cpus = (int(ray.cluster_resources().get("CPU", 1)) or 1) if ray.is_initialized() else (os.cpu_count() or 1)
+    return ray.data.from_items(items, override_num_blocks=_blocks(len(items), cpus))
 
 
 def _blocks(files: int, cpus: int) -> int:
@@ -121,9 +184,7 @@ def scan_paths(targets: Sequence[str], opts: ScanOptions | None = None, *, addre
     """
     ray = _ray()
     opts = opts or ScanOptions()
-    uris = [t for t in targets if t.startswith(URI_SCHEMES)]
-    local = [t for t in targets if not t.startswith(URI_SCHEMES)]
-    files = _local_files(local) if local else []
+    list_logs([t for t in targets if not t.startswith(URI_SCHEMES)])  # a bad local path: error before Ray starts
     started = init(address, num_cpus)
     try:
         logging.getLogger("ray.data").setLevel(logging.ERROR)
@@ -131,20 +192,13 @@ def scan_paths(targets: Sequence[str], opts: ScanOptions | None = None, *, addre
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
-        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
         from functools import partial
 
-        parts = []
-        if files:
-            parts.append(ray.data.from_items(files, override_num_blocks=_blocks(len(files), cpus)))
-        if uris:
-            parts.append(ray.data.read_binary_files(uris, include_paths=True))
-        ds = parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
-        for row in ds.flat_map(partial(_documents, opts=opts)).iter_rows():
+        for row in read_logs(targets).flat_map(partial(_documents, opts=opts)).iter_rows():
             yield json.loads(row["document"])
     finally:
         if started:
             ray.shutdown()
 
 
-__all__ = ["diagnose_dataset", "init", "scan_paths"]
+__all__ = ["diagnose_dataset", "init", "list_logs", "read_logs", "scan_paths"]

@@ -78,17 +78,61 @@ def test_kv_cache_record_carries_the_numbers_exception_and_time() -> None:
     assert a["vllm_doctor.command"].startswith("vllm serve Qwen/Qwen3-32B")
 
 
-def test_the_output_parses_as_an_export_logs_service_request() -> None:
-    logs_service = pytest.importorskip("opentelemetry.proto.collector.logs.v1.logs_service_pb2")
-    from google.protobuf import json_format
+# The OTLP JSON mapping of opentelemetry-proto's logs.proto / common.proto: field names (lowerCamelCase),
+# int64 as decimal strings, AnyValue as exactly one of its cases. (The opentelemetry-proto package itself
+# is not a test dependency: its namespace package makes Ray's dashboard agent import a missing module.)
+LOG_RECORD_FIELDS = {"timeUnixNano", "observedTimeUnixNano", "severityNumber", "severityText", "body", "attributes",
+                     "droppedAttributesCount", "flags", "traceId", "spanId", "eventName"}
+ANY_VALUE_CASES = {"stringValue", "boolValue", "intValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue"}
 
-    code, out = run("--format", "otel", str(K8S), str(WEIGHTS))
-    for line in out.splitlines():
-        msg = json_format.Parse(line, logs_service.ExportLogsServiceRequest())  # unknown fields fail
-        rec = msg.resource_logs[0].scope_logs[0].log_records[0]
-        assert rec.severity_number in (9, 13, 17)
-        assert rec.body.string_value
-        assert any(kv.key == "vllm_doctor.rule" for kv in rec.attributes)
+
+def check_any_value(value: dict) -> None:
+    assert len(value) == 1 and set(value) <= ANY_VALUE_CASES, value
+    (kind, v), = value.items()
+    if kind == "intValue":
+        assert isinstance(v, str) and v.lstrip("-").isdigit()
+    elif kind == "doubleValue":
+        assert isinstance(v, float | int)
+    elif kind == "boolValue":
+        assert isinstance(v, bool)
+    elif kind == "stringValue":
+        assert isinstance(v, str)
+    elif kind == "arrayValue":
+        assert set(v) == {"values"}
+        for item in v["values"]:
+            check_any_value(item)
+    elif kind == "kvlistValue":
+        check_key_values(v["values"])
+
+
+def check_key_values(items: list) -> None:
+    for kv in items:
+        assert set(kv) == {"key", "value"} and isinstance(kv["key"], str)
+        check_any_value(kv["value"])
+
+
+def test_the_output_follows_the_otlp_json_mapping() -> None:
+    code, out = run("--format", "otel", str(K8S), str(WEIGHTS), str(FIXTURES / "preemption-v1-0.12.log"))
+    lines = out.splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        req = json.loads(line)
+        assert set(req) == {"resourceLogs"}
+        for rl in req["resourceLogs"]:
+            assert set(rl) <= {"resource", "scopeLogs", "schemaUrl"}
+            assert set(rl["resource"]) <= {"attributes", "droppedAttributesCount"}
+            check_key_values(rl["resource"]["attributes"])
+            for sl in rl["scopeLogs"]:
+                assert set(sl) <= {"scope", "logRecords", "schemaUrl"}
+                assert set(sl["scope"]) <= {"name", "version", "attributes", "droppedAttributesCount"}
+                for rec in sl["logRecords"]:
+                    assert set(rec) <= LOG_RECORD_FIELDS, set(rec) - LOG_RECORD_FIELDS
+                    assert isinstance(rec["severityNumber"], int) and 1 <= rec["severityNumber"] <= 24
+                    for key in ("timeUnixNano", "observedTimeUnixNano"):
+                        if key in rec:
+                            assert isinstance(rec[key], str) and rec[key].isdigit()
+                    check_any_value(rec["body"])
+                    check_key_values(rec["attributes"])
 
 
 def test_scan_otel_has_pod_resources_and_error_records(tmp_path: Path) -> None:
