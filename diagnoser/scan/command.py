@@ -38,8 +38,9 @@ class Tally:
 
 @click.command("scan", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--jobs", "-j", type=click.IntRange(0), default=1, show_default=True,
-              help="Worker processes (0: one per CPU).")
+@click.option("--jobs", "-j", type=click.IntRange(0), default=None,
+              help="Worker processes (0: one per CPU; default 1). With --engine ray: the local Ray's CPUs "
+              "(default all).")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "jsonl", "markdown", "csv", "otel"]),
               default="text", show_default=True,
               help="text/markdown: fleet summary; jsonl: one report per log; csv: one row per finding; "
@@ -57,8 +58,9 @@ class Tally:
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help="local: this machine (--jobs); ray: Ray Data (pip install 'vllm-log-doctor[ray]').")
 @click.option("--ray-address", default=None, help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray).")
-def scan_cmd(paths: tuple[str, ...], jobs: int, fmt: str, fail_on: str, exit_zero: bool, rule_paths: tuple[str, ...],
-             no_redact: bool, top: int, output: str | None, progress: bool | None, engine: str,
+def scan_cmd(paths: tuple[str, ...], jobs: int | None, fmt: str, fail_on: str, exit_zero: bool,
+             rule_paths: tuple[str, ...], no_redact: bool, top: int, output: str | None,
+             progress: bool | None, engine: str,
              ray_address: str | None) -> None:
     """Diagnose many logs: files, folders (recursive) and globs; .gz/.bz2/.xz/.zst read transparently.
 
@@ -88,12 +90,12 @@ def scan_cmd(paths: tuple[str, ...], jobs: int, fmt: str, fail_on: str, exit_zer
     if engine == "ray":
         from ..ray import scan_paths
 
-        docs: Iterator[dict[str, Any]] = scan_paths(list(paths), opts, address=ray_address)
+        docs: Iterator[dict[str, Any]] = scan_paths(list(paths), opts, address=ray_address, num_cpus=jobs or None)
         total = None
     else:
         show = progress if progress is not None else sys.stderr.isatty()
         total = sum(1 for _ in iter_paths(paths)) if show else None
-        docs = scan(iter_paths(paths), opts, jobs=jobs or (os.cpu_count() or 1))
+        docs = scan(iter_paths(paths), opts, jobs=1 if jobs is None else jobs or (os.cpu_count() or 1))
     bar = Progress(total, enabled=progress)
     tally = Tally(fail_on)
     stream = tally.count(tracked(docs, bar))
