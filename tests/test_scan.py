@@ -61,9 +61,37 @@ def test_scan_jsonl_rows_equal_diagnose_json_on_each_fixture() -> None:
 
 
 def test_jobs_2_gives_the_same_documents_in_the_same_order(tmp_path: Path) -> None:
-    paths = [str(p) for p in sorted(FIXTURES.glob("*-0.1*.log"))][:8]
-    assert len(paths) == 8
-    assert list(scan(paths, jobs=2)) == list(scan(paths, jobs=1))
+    paths = [str(p) for p in sorted(FIXTURES.glob("*-0.1*.log"))][:12]
+    assert len(paths) == 12
+    taken: list[str] = []
+
+    def listing():  # records how far the scan has read the listing when each result comes out
+        for p in paths:
+            taken.append(p)
+            yield p
+
+    seen_when = []
+    docs = []
+    for doc in scan(listing(), jobs=2):
+        seen_when.append(len(taken))
+        docs.append(doc)
+    assert docs == list(scan(paths, jobs=1))
+    # constant memory: at most 4 files per worker in flight, however long the listing
+    assert seen_when[0] <= 8 + 1
+    assert all(n - i <= 9 for i, n in enumerate(seen_when))
+
+
+def test_doctests_of_the_scan_modules() -> None:
+    import doctest
+
+    from diagnoser import ray as ray_engine
+    from diagnoser import sources
+    from diagnoser.report import otel
+    from diagnoser.scan import split
+
+    for module in (sources, split, otel, ray_engine):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
 # -- inputs: folders, globs, compression --------------------------------------------------------------------
