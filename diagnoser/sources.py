@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterable, Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .errors import InputError
 
@@ -46,7 +46,47 @@ def _zstd_reader(raw: BinaryIO, name: str) -> BinaryIO:
     except ImportError:
         raise InputError(f"{name}: is zstandard-compressed; install the optional extra to read it: "
                          "pip install 'vllm-log-doctor[zstd]' (or decompress it with `zstd -d`)") from None
-    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[no-any-return]
+    return io.BufferedReader(_ZstdFrames(raw, zstandard), buffer_size=1 << 20)  # type: ignore[return-value]
+
+
+class _ZstdFrames(io.RawIOBase):
+    """zstd frames one after another; a stream that ends inside a frame raises EOFError (truncated), as gzip does.
+
+    (zstandard's own stream_reader returns what it has and says nothing when the file was cut short.)
+    """
+
+    def __init__(self, raw: BinaryIO, zstandard: Any) -> None:
+        self._raw, self._zstd = raw, zstandard
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._out = b""
+        self._in_frame = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        while not self._out:
+            chunk = self._raw.read(1 << 18)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("zstd stream ended inside a frame (truncated file)")
+                return 0
+            while chunk:
+                self._in_frame = True
+                self._out += self._dobj.decompress(chunk)
+                if not self._dobj.eof:
+                    break
+                chunk = self._dobj.unused_data
+                self._in_frame = False
+                self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+        n = min(len(b), len(self._out))
+        b[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def decompressed(raw: BinaryIO, name: str) -> BinaryIO:

@@ -133,6 +133,12 @@ def test_zstd_logs_need_the_extra_and_say_so(tmp_path: Path, monkeypatch: pytest
     zstandard = pytest.importorskip("zstandard")
     (tmp_path / "a.log.zst").write_bytes(zstandard.ZstdCompressor().compress(A.read_bytes()))
     same_diagnosis(list(scan([str(tmp_path / "a.log.zst")]))[0], diagnose_json(A))
+    two_frames = zstandard.ZstdCompressor().compress(A.read_bytes()[:5000])
+    two_frames += zstandard.ZstdCompressor().compress(A.read_bytes()[5000:])  # `zstd` appends frames like this
+    (tmp_path / "b.log.zst").write_bytes(two_frames)
+    same_diagnosis(list(scan([str(tmp_path / "b.log.zst")]))[0], diagnose_json(A))
+    (tmp_path / "cut.log.zst").write_bytes(two_frames[: len(two_frames) - 100])
+    assert list(scan([str(tmp_path / "cut.log.zst")]))[0]["error"]["type"] == "corrupt"
     monkeypatch.setitem(sys.modules, "zstandard", None)  # as if the extra were not installed
     doc = list(scan([str(tmp_path / "a.log.zst")]))[0]
     assert doc["error"]["type"] == "invalid"

@@ -45,7 +45,8 @@ def _error_kind(exc: BaseException) -> str:
         return "too-large"
     if isinstance(exc, DoctorError):
         return "invalid"
-    if isinstance(exc, (EOFError, ValueError)) or type(exc).__module__ in ("zlib", "_lzma", "zstd", "zstandard"):
+    codec = type(exc).__module__.split(".")[0] in ("zlib", "_lzma", "zstd", "zstandard")
+    if codec or isinstance(exc, (EOFError, ValueError)):
         return "corrupt"
     if isinstance(exc, OSError):
         return "unreadable" if exc.errno is not None else "corrupt"
