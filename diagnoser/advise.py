@@ -235,13 +235,17 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
+#: compiled advice templates by source, shared by every Advisor: a scan of many logs compiles each once
+_TEMPLATES: dict[str, Any] = {}
+
+
 class Advisor:
     """Turns hits into ranked findings for one log."""
 
     def __init__(self) -> None:
         self.env = template_env()
         self.ev = Evaluator()
-        self._templates: dict[str, Any] = {}
+        self._templates = _TEMPLATES
 
     def findings(self, hits: list[Hit], ctx: Context) -> list[Finding]:
         ctx_dict = ctx.as_dict()

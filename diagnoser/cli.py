@@ -20,6 +20,7 @@ from .errors import DoctorError
 from .plan import plan
 from .report import FORMATS, renderer
 from .rules import RuleError, builtin_rules, load_rules
+from .scan.command import scan_cmd
 
 FAIL_ON = ("error", "warning", "info", "never")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -232,6 +233,7 @@ def explain_cmd(rule_id: str) -> None:
 
 
 main.add_command(plan)
+main.add_command(scan_cmd)
 
 
 @main.command("compare")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .advise import Advisor, Finding
 from .matcher import Hit, Matcher
@@ -32,11 +32,30 @@ class Report:
             out[f.severity] += 1
         return out
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract (schema_version 1): exactly what `--format json` prints for this input."""
+        from .report.model import report_dict
+
+        return report_dict(self)
+
+
+_PREFILTERS: dict[int, tuple[object, Prefilter]] = {}
+
 
 def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
-    """Every keyword any rule or the tracker needs: the only lines the doctor ever decodes."""
+    """Every keyword any rule or the tracker needs: the only lines the doctor ever decodes.
+
+    Built once per rule set object (a scan diagnoses thousands of logs with the same rules).
+    """
+    cached = _PREFILTERS.get(id(rules))
+    if cached is not None and cached[0] is rules:
+        return cached[1]
     words = [k for r in rules for p in r.patterns for k in p.keywords]
-    return Prefilter([*words, *landmark_keywords()])
+    prefilter = Prefilter([*words, *landmark_keywords()])
+    if len(_PREFILTERS) >= 16:
+        _PREFILTERS.clear()
+    _PREFILTERS[id(rules)] = (rules, prefilter)  # the reference keeps the id from being reused
+    return prefilter
 
 
 def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, ...] | None = None,

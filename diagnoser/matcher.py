@@ -64,12 +64,16 @@ def type_fact(kind: str | None, raw: str) -> Any:
     return n
 
 
+#: compiled expressions by source, shared by every Evaluator: a scan of many logs compiles each once
+_EXPRESSIONS: dict[str, Any] = {}
+
+
 class Evaluator:
     """Compiled jinja2 expressions (when:, derive:), evaluated leniently: a missing fact means no value."""
 
     def __init__(self) -> None:
         self.env = template_env()
-        self._cache: dict[str, Any] = {}
+        self._cache = _EXPRESSIONS
 
     def value(self, source: str, names: dict[str, Any]) -> Any:
         expr = self._cache.get(source)

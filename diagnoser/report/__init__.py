@@ -15,6 +15,17 @@ FORMATS = {
     "sarif": "sarif",
     "github": "github",
     "markdown": "markdown",
+    "otel": "otel",
+}
+
+#: `scan --format` name -> module in this package. Each has write(docs, out, opts): it streams the scan's
+#: documents (one per log, the JSON contract or an error document) to a text stream.
+SCAN_FORMATS = {
+    "text": "scan_text",
+    "jsonl": "scan_jsonl",
+    "markdown": "scan_markdown",
+    "csv": "scan_csv",
+    "otel": "otel",
 }
 
 Renderer = Callable[..., str]
@@ -25,4 +36,9 @@ def renderer(name: str) -> Renderer:
     return import_module(f"{__name__}.{FORMATS[name]}").render
 
 
-__all__ = ["FORMATS", "Report", "renderer"]
+def scan_writer(name: str) -> Callable[..., None]:
+    """The write function of one scan format."""
+    return import_module(f"{__name__}.{SCAN_FORMATS[name]}").write  # type: ignore[no-any-return]
+
+
+__all__ = ["FORMATS", "SCAN_FORMATS", "Report", "renderer", "scan_writer"]

@@ -1,0 +1,89 @@
+"""The fleet summary behind `scan --format text|markdown`: counters over every log, in constant memory.
+
+Counts per rule (logs it fired in), per model, per GPU and per vLLM release, the logs with errors,
+warnings, nothing, or that could not be read; and the worst logs (most severe first finding, then the most
+errors) kept in a bounded heap. Nothing is kept per log beyond the heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .rows import gpu_label
+
+SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}
+UNKNOWN = "(not in the log)"
+
+
+@dataclass
+class Worst:
+    """One of the worst logs: its path and first (primary) finding."""
+
+    path: str
+    severity: str
+    rule: str
+    title: str
+    stage: str | None
+    line: int
+    errors: int
+
+
+@dataclass
+class FleetSummary:
+    """Folds scan documents one at a time; `worst` keeps only the `top` most severe logs."""
+
+    top: int = 10
+    logs: int = 0
+    status: Counter[str] = field(default_factory=Counter)
+    rules: Counter[str] = field(default_factory=Counter)
+    rule_severity: dict[str, str] = field(default_factory=dict)
+    rule_title: dict[str, str] = field(default_factory=dict)
+    models: Counter[str] = field(default_factory=Counter)
+    gpus: Counter[str] = field(default_factory=Counter)
+    releases: Counter[str] = field(default_factory=Counter)
+    bad: list[tuple[str, str]] = field(default_factory=list)
+    bad_kept: int = 20
+    _heap: list[tuple[tuple[int, int, int], int, Worst]] = field(default_factory=list)
+    _order: int = 0
+
+    def add(self, doc: dict[str, Any]) -> None:
+        self.logs += 1
+        self._order += 1
+        if "error" in doc:
+            self.status["unreadable"] += 1
+            if len(self.bad) < self.bad_kept:
+                self.bad.append((str(doc["input"]["path"]), str(doc["error"]["message"])))
+            return
+        counts = doc.get("summary") or {}
+        worst = next((s for s in ("error", "warning") if counts.get(s)), None)
+        self.status[worst or "clean"] += 1
+        ctx = doc.get("context") or {}
+        self.models[str(ctx.get("model") or UNKNOWN)] += 1
+        self.gpus[gpu_label(ctx) or UNKNOWN] += 1
+        self.releases[str(ctx.get("version") or UNKNOWN)] += 1
+        for rule in dict.fromkeys(f["rule"] for f in doc["findings"]):
+            self.rules[rule] += 1
+        for f in doc["findings"]:
+            self.rule_severity.setdefault(f["rule"], f["severity"])
+            self.rule_title.setdefault(f["rule"], f["title"])
+        if worst is None or not doc["findings"]:
+            return
+        first = doc["findings"][0]
+        entry = Worst(str(doc["input"]["path"]), first["severity"], first["rule"], first["title"], first["stage"],
+                      int(first["line"] or 0), int(counts.get("error", 0)))
+        # earlier logs win ties (negative order): the heap's smallest is the one to drop
+        key = (SEVERITY_RANK.get(first["severity"], 0), entry.errors, -self._order)
+        if len(self._heap) < self.top:
+            heapq.heappush(self._heap, (key, self._order, entry))
+        elif key > self._heap[0][0]:
+            heapq.heapreplace(self._heap, (key, self._order, entry))
+
+    @property
+    def worst(self) -> list[Worst]:
+        return [e for _, _, e in sorted(self._heap, key=lambda t: t[0], reverse=True)]
+
+    def failed(self) -> int:
+        return self.status["unreadable"]
