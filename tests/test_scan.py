@@ -53,7 +53,8 @@ def same_diagnosis(doc: dict, expected: dict) -> None:
 def test_scan_jsonl_rows_equal_diagnose_json_on_each_fixture() -> None:
     code, out, err = run("scan", "--format", "jsonl", str(FIXTURES))
     docs = jsonl(out)
-    files = sorted(p for p in FIXTURES.iterdir() if p.is_file() and not p.name.startswith("."))
+    files = sorted(p for p in FIXTURES.rglob("*")
+                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(FIXTURES).parts))
     assert [d["input"]["path"] for d in docs] == [str(p) for p in files]
     for doc, path in zip(docs, files, strict=True):
         assert doc == diagnose_json(path), path.name
