@@ -2,6 +2,9 @@
 
 Exit codes: 0 no finding at or above --fail-on, 1 at least one, 2 usage, input or internal error. Every
 error a user can cause is one line on stderr that names what to change.
+
+Each command imports what it needs when it runs: `--version` and `--help` load no rule machinery, and
+`plan` is imported only when it is the command.
 """
 
 from __future__ import annotations
@@ -9,30 +12,64 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from importlib import import_module
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
 from . import __version__
-from .engine import Report, diagnose
 from .errors import DoctorError
-from .plan import plan
-from .report import FORMATS, renderer
-from .rules import RuleError, builtin_rules, load_rules
-from .scan.command import scan_cmd
+from .report import FORMATS
+
+if TYPE_CHECKING:
+    from .engine import Report
+    from .rules import Rule
 
 FAIL_ON = ("error", "warning", "info", "never")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+#: Commands imported only when invoked: name -> (module, attribute, the one-line help `--help` lists).
+LAZY_COMMANDS = {
+    "plan": ("diagnoser.plan", "plan", "Predict whether a vLLM configuration starts, and size its KV cache."),
+    "scan": ("diagnoser.scan.command", "scan_cmd",
+             "Diagnose many logs: files, folders (recursive) and globs; .gz/.bz2/.xz/.zst read transparently."),
+}
 
 
 class DoctorGroup(click.Group):
     """A group whose default command is `diagnose`: `vllm-doctor server.log` needs no subcommand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args or args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+        if not args or args[0] not in self.commands and args[0] not in LAZY_COMMANDS \
+                and args[0] not in ("--help", "-h", "--version"):
             args = ["diagnose", *args]
         return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in LAZY_COMMANDS:
+            module, attr, _ = LAZY_COMMANDS[name]
+            self.add_command(getattr(import_module(module), attr), name)
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, without importing a lazy command for its one-line help."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            if name in self.commands:
+                if self.commands[name].hidden:
+                    continue
+                rows.append((name, self.commands[name].get_short_help_str(limit)))
+            else:
+                rows.append((name, click.Command(name, help=LAZY_COMMANDS[name][2]).get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=DoctorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -119,6 +156,13 @@ def _diagnose_options(func: Any) -> Any:
     return func
 
 
+def builtin_rules() -> tuple[Rule, ...]:
+    """The shipped rules (a seam: tests swap in their own)."""
+    from .rules import builtin_rules as shipped
+
+    return shipped()
+
+
 def _announcer() -> Any:
     """Live mode: one stderr line per new problem (once per rule), before the full report at the end."""
     told: set[str] = set()
@@ -141,6 +185,10 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
                   no_redact: bool, color: bool | None, config_file: str | None, output: str | None,
                   live: bool = False) -> int:
     """Shared by `diagnose` and `check`: returns the exit code."""
+    from .engine import diagnose
+    from .report import renderer
+    from .rules import RuleError, load_rules
+
     try:
         rules = load_rules(tuple(Path(p) for p in rule_paths)) if rule_paths else builtin_rules()
     except RuleError as exc:
@@ -232,10 +280,6 @@ def explain_cmd(rule_id: str) -> None:
             click.echo(f"  - {ref}")
 
 
-main.add_command(plan)
-main.add_command(scan_cmd)
-
-
 @main.command("compare")
 @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=True, allow_dash=True))
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
@@ -261,6 +305,7 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
     2 on a usage or input error. See docs/compare.md.
     """
     from .compare import compare_reports
+    from .engine import diagnose
     from .report.compare import renderer as compare_renderer
 
     if len(logs) < 2:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
+from . import datafiles
 
 
 @dataclass(frozen=True)
@@ -34,9 +33,8 @@ class Flag:
 @lru_cache(maxsize=1)
 def load_flags() -> dict[str, Flag]:
     """Every known flag by its long name ('--max-model-len')."""
-    text = resources.files("diagnoser.data").joinpath("vllm_flags.yaml").read_text(encoding="utf-8")
     out: dict[str, Flag] = {}
-    for item in yaml.safe_load(text)["flags"]:
+    for item in datafiles.load("vllm_flags.yaml")["flags"]:
         f = Flag(
             name=item["name"], value=bool(item.get("value", True)), short=tuple(item.get("short") or ()),
             since=item.get("since"), until=item.get("until"), renamed_to=item.get("renamed_to"),

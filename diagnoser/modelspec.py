@@ -12,13 +12,12 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
+from . import datafiles
 from .memory import GIB, ArchSpec
 
 
@@ -34,15 +33,13 @@ def _key(name: str) -> str:
 @lru_cache(maxsize=1)
 def load_models() -> list[dict[str, Any]]:
     """The bundled model presets (data/models.yaml)."""
-    text = resources.files("diagnoser.data").joinpath("models.yaml").read_text(encoding="utf-8")
-    return list(yaml.safe_load(text)["models"])
+    return list(datafiles.load("models.yaml")["models"])
 
 
 @lru_cache(maxsize=1)
 def load_gpus() -> list[dict[str, Any]]:
     """The bundled GPU presets (data/gpus.yaml)."""
-    text = resources.files("diagnoser.data").joinpath("gpus.yaml").read_text(encoding="utf-8")
-    return list(yaml.safe_load(text)["gpus"])
+    return list(datafiles.load("gpus.yaml")["gpus"])
 
 
 def _names(entry: dict[str, Any], *fields: str) -> list[str]:

@@ -10,19 +10,19 @@ produce, no cases), naming the file and the key, so a typo never reaches a user'
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex
-import yaml
-from jinja2 import StrictUndefined, Undefined, nodes
-from jinja2.exceptions import TemplateSyntaxError
-from jinja2.sandbox import SandboxedEnvironment
 
+from . import datafiles
 from .stages import STAGES
+
+if TYPE_CHECKING:
+    from jinja2 import nodes
+    from jinja2.sandbox import SandboxedEnvironment
 
 SEVERITIES = ("error", "warning", "info")
 FACT_TYPES = ("int", "float", "str", "gib", "size", "bytes", "list")
@@ -53,8 +53,6 @@ TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks",
 
 DEFAULT_THRESHOLD = 85.0
 
-#: yaml.safe_load's loader, libyaml's C build when present (ten times faster on the rule files).
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class RuleError(ValueError):
@@ -145,7 +143,13 @@ class Rule:
 
 
 def template_env() -> SandboxedEnvironment:
-    """The one environment for advice templates and expressions: sandboxed, strict about names."""
+    """The one environment for advice templates and expressions: sandboxed, strict about names.
+
+    jinja2 is imported here, not at the top: a log where no rule fires never needs it.
+    """
+    from jinja2 import StrictUndefined, Undefined
+    from jinja2.sandbox import SandboxedEnvironment
+
     env = SandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                                keep_trailing_newline=False)
     env.filters["tokens"] = _tokens
@@ -183,6 +187,8 @@ def _tolerant(source: str) -> regex.Pattern[str]:
 
 
 def _expr_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
+    from jinja2.exceptions import TemplateSyntaxError
+
     try:
         ast = env.parse("{{ (" + source + ") }}")
     except TemplateSyntaxError as exc:
@@ -196,6 +202,8 @@ def _free_names(ast: nodes.Template) -> set[str]:
     A plain walk over the tree: jinja2.meta.find_undeclared_variables runs the code generator's scope
     analysis, which made loading the rules several times slower.
     """
+    from jinja2 import nodes
+
     loads, stores = set(), set()
     for node in ast.find_all(nodes.Name):
         (loads if node.ctx == "load" else stores).add(node.name)
@@ -203,6 +211,8 @@ def _free_names(ast: nodes.Template) -> set[str]:
 
 
 def _template_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
+    from jinja2.exceptions import TemplateSyntaxError
+
     try:
         ast = env.parse(source)
     except TemplateSyntaxError as exc:
@@ -377,8 +387,10 @@ def load_rule_file(path: Path) -> Rule:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(str(path), "(file)", f"cannot read: {exc}") from None
+    import yaml
+
     try:
-        data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - the safe loader, in C when libyaml is there
+        data = datafiles.yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(yaml)"
@@ -388,34 +400,161 @@ def load_rule_file(path: Path) -> Rule:
 
 def builtin_rules_dir() -> Path:
     """Rules ship inside the package (diagnoser.ruleset); a source checkout keeps them in ./rules."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "ruleset", here.parent / "rules"):
+        if (candidate / "__init__.py").is_file():
+            return candidate
+    from importlib import resources  # an unusual install (zipped, or a finder without plain folders)
+
     try:
         pkg = resources.files("diagnoser.ruleset")
         if pkg.is_dir() and any(p.name.endswith(".yaml") for p in pkg.iterdir()):
             return Path(str(pkg))
     except (ModuleNotFoundError, TypeError):
         pass
-    return Path(__file__).resolve().parent.parent / "rules"
+    return here.parent / "rules"
 
 
-def load_rules(extra: tuple[Path, ...] = ()) -> list[Rule]:
-    """Built-in rules plus any extra files or folders; ids must be unique."""
-    paths = sorted(builtin_rules_dir().glob("*.yaml"))
+def _rule_paths(extra: tuple[Path, ...]) -> list[Path]:
+    paths: list[Path] = []
     for p in extra:
         paths.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
-    rules: dict[str, Rule] = {}
+    return paths
+
+
+def _add_rules(rules: dict[str, Rule], paths: list[Path]) -> None:
+    """Load and fully validate each file into `rules` (by id); ids must be unique, overrides must exist."""
+    added = []
     for p in paths:
         rule = load_rule_file(p)
         if rule.id in rules and rules[rule.id].path != rule.path:
             raise RuleError(str(p), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
         rules[rule.id] = rule
-    for rule in rules.values():
+        added.append(rule)
+    for rule in added:
         for other in rule.overrides:
             if other not in rules:
                 raise RuleError(rule.path, "overrides", f"{other!r} is not a rule id (`vllm-doctor rules` lists them)")
+
+
+def load_rules(extra: tuple[Path, ...] = ()) -> list[Rule]:
+    """Built-in rules plus any extra files or folders (always fully validated); ids must be unique."""
+    rules = {r.id: r for r in builtin_rules()}
+    _add_rules(rules, _rule_paths(extra))
     return list(rules.values())
 
 
 @lru_cache(maxsize=1)
 def builtin_rules() -> tuple[Rule, ...]:
-    """The shipped rules, loaded once per process."""
-    return tuple(load_rules())
+    """The shipped rules, loaded once per process.
+
+    Validating them (jinja2 parses of every template, a regex compile per pattern) costs more than the rest
+    of a diagnosis, and its result only changes with the rule files or the code that checks them. So the
+    validated rules are kept as JSON in the user's cache (see datafiles), keyed by a hash of both; a run
+    with a matching copy rebuilds them without YAML or jinja2, and compiles each regex on first use.
+    """
+    paths = sorted(builtin_rules_dir().glob("*.yaml"))
+    blobs = [p.read_bytes() for p in paths]
+    key = datafiles.content_key([*_code_fingerprint(), *(p.name.encode() for p in paths), *blobs])
+    stored = datafiles.read_cache("rules", key)
+    if isinstance(stored, list) and len(stored) == len(paths):
+        try:
+            rules = tuple(decode_rule(item, str(p)) for item, p in zip(stored, paths, strict=True))
+        except (TypeError, KeyError, ValueError):
+            rules = ()
+        if rules:
+            return rules
+    loaded: dict[str, Rule] = {}
+    _add_rules(loaded, paths)
+    rules = tuple(loaded.values())
+    try:
+        encoded = [encode_rule(r) for r in rules]
+    except TypeError:
+        return rules  # a field JSON cannot hold faithfully: validate on every run rather than guess
+    datafiles.write_cache("rules", key, encoded)
+    return rules
+
+
+def _code_fingerprint() -> list[bytes]:
+    """The code that validates rules and names what templates may use: a change to it revalidates."""
+    here = Path(__file__).resolve().parent
+    return [p.read_bytes() for p in sorted(here.glob("*.py"))]
+
+
+class LazyRegex:
+    """A regex compiled on first use: most patterns of a cached rule never see a candidate line."""
+
+    __slots__ = ("pattern", "flags", "_compiled")
+
+    def __init__(self, pattern: str, flags: int) -> None:
+        self.pattern, self.flags = pattern, flags
+        self._compiled: regex.Pattern[str] | None = None
+
+    @property
+    def compiled(self) -> regex.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = regex.compile(self.pattern, self.flags)
+        return self._compiled
+
+    def __getattr__(self, name: str) -> Any:  # search, match, finditer, groupindex, ...
+        return getattr(self.compiled, name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (LazyRegex, regex.Pattern)) and (other.pattern, other.flags) == (
+            self.pattern, self.flags)
+
+    def __hash__(self) -> int:
+        return hash((self.pattern, self.flags))
+
+
+#: The only classes a cached rule may name (decoding never instantiates anything else).
+_CODEC = {"Rule": Rule, "Pattern": Pattern, "Extractor": Extractor, "Fix": Fix}
+
+
+def encode_rule(value: Any) -> Any:
+    """A validated Rule as plain JSON values; TypeError for anything JSON would not give back unchanged."""
+    if is_dataclass(value) and not isinstance(value, type):
+        name = type(value).__name__
+        if _CODEC.get(name) is not type(value):
+            raise TypeError(f"cannot cache a {name}")
+        return {"$": name, **{f.name: encode_rule(getattr(value, f.name)) for f in fields(value)}}
+    if isinstance(value, (regex.Pattern, LazyRegex)):
+        return {"$": "regex", "pattern": value.pattern, "flags": value.flags}
+    if isinstance(value, tuple):
+        return {"$": "tuple", "items": [encode_rule(v) for v in value]}
+    if isinstance(value, list):
+        return [encode_rule(v) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("a mapping with non-string keys")
+        body = {k: encode_rule(v) for k, v in value.items()}
+        return {"$": "dict", "items": body} if "$" in value else body
+    if value is None or isinstance(value, (str, bool, int)) or (isinstance(value, float) and value == value
+                                                                 and abs(value) != float("inf")):
+        return value
+    raise TypeError(f"cannot cache a {type(value).__name__}")
+
+
+def decode_rule(value: Any, path: str | None = None) -> Any:
+    """The inverse of encode_rule; `path` replaces a Rule's stored path (the package may have moved)."""
+    if isinstance(value, list):
+        return [decode_rule(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    kind = value.get("$")
+    if kind is None:
+        return {k: decode_rule(v) for k, v in value.items()}
+    if kind == "regex":
+        return LazyRegex(str(value["pattern"]), int(value["flags"]))
+    if kind == "tuple":
+        return tuple(decode_rule(v) for v in value["items"])
+    if kind == "dict":
+        return {k: decode_rule(v) for k, v in value["items"].items()}
+    cls = _CODEC[kind]
+    names = {f.name for f in fields(cls)}
+    args = {k: decode_rule(v) for k, v in value.items() if k != "$"}
+    if set(args) != names:
+        raise ValueError(f"cached {kind} does not match the code")
+    if path is not None and kind == "Rule":
+        args["path"] = path
+    return cls(**args)

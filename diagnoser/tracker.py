@@ -15,11 +15,9 @@ import ast
 import re
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from . import datafiles
 from .reader import Line
 from .releases import default, engine_for, parse_version
 from .stages import coarse, order
@@ -228,8 +226,7 @@ class Landmark:
 @lru_cache(maxsize=1)
 def load_landmarks() -> tuple[list[Landmark], dict[str, str]]:
     """Landmarks and the frame -> fine stage table (package data, read once)."""
-    text = resources.files("diagnoser.data").joinpath("landmarks.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = datafiles.load("landmarks.yaml")
     marks = [
         Landmark(
             keywords=list(item["keywords"]),

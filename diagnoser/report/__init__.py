@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
-
-from ..engine import Report
+from typing import Any
 
 #: --format name -> module in this package. Each module has render(reports, opts) -> str.
 FORMATS = {
@@ -39,6 +38,15 @@ def renderer(name: str) -> Renderer:
 def scan_writer(name: str) -> Callable[..., None]:
     """The write function of one scan format."""
     return import_module(f"{__name__}.{SCAN_FORMATS[name]}").write  # type: ignore[no-any-return]
+
+
+def __getattr__(name: str) -> Any:
+    """`Report` without importing the pipeline when only FORMATS is wanted (the CLI's --help)."""
+    if name == "Report":
+        from ..engine import Report
+
+        return Report
+    raise AttributeError(name)
 
 
 __all__ = ["FORMATS", "SCAN_FORMATS", "Report", "renderer", "scan_writer"]
