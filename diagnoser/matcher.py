@@ -20,6 +20,7 @@ from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
 from . import advice_functions, memory
+from .keywords import KeywordIndex
 from .reader import FOLLOW, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, template_env
 from .stages import coarse
@@ -117,6 +118,7 @@ class Matcher:
         self.entries: list[tuple[Rule, Pattern, tuple[str, ...]]] = [
             (rule, p, tuple(k.lower() for k in p.keywords)) for rule in self.rules for p in rule.patterns
         ]
+        self.index = KeywordIndex(kws for _, _, kws in self.entries)
         self.hits: list[Hit] = []
         self.ev = Evaluator()
         self._pending: deque[tuple[Line, str | None]] = deque()
@@ -157,7 +159,8 @@ class Matcher:
             if line.user_content or not line.text:
                 return
             low = line.text.lower()
-            candidates = [(r, p, kws) for r, p, kws in self.entries if any(k in low for k in kws)]
+            entries = self.entries
+            candidates = [entries[i] for i in self.index.matches(low)]
             window: list[Line] | None = None
             if not candidates:
                 # a keyword may be cut in two by a wrap, or sit on the next piece of the message
@@ -168,8 +171,9 @@ class Matcher:
                 lows = [t.lower() for t in texts]
                 pieces = [w.text.lower() for w in window[1:]]
                 # only a keyword cut in two by the wrap: one whole on a later line starts that line's window
-                candidates = [(r, p, kws) for r, p, kws in self.entries
-                              if any(k in lw and not any(k in pc for pc in pieces) for lw in lows for k in kws)]
+                index = self.index
+                cut = {w for lw in lows for w in index.present(lw)} - {w for pc in pieces for w in index.present(pc)}
+                candidates = [entries[i] for i in index.owners(w for w in index.words if w in cut)] if cut else []
                 if not candidates:
                     return
             if window is None:

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from . import datafiles
+from .keywords import KeywordIndex
 from .reader import Line
 from .releases import default, engine_for, parse_version
 from .stages import coarse, order
@@ -76,14 +77,19 @@ class Context:
     def as_dict(self) -> dict[str, Any]:
         """The fields that the log set (for JSON and templates)."""
         out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None or value == {} or (f.name in ("engine_ready", "server_started") and not value):
+        names = _context_fields()
+        for name, value in self.__dict__.items():  # field order (set so by __init__); fields() is slow per line
+            if name not in names or value is None or value == {}:
                 continue
-            if f.name in ("stats_lines", "defaults") and not value:
+            if not value and name in ("engine_ready", "server_started", "stats_lines", "defaults"):
                 continue
-            out[f.name] = value
+            out[name] = value
         return out
+
+
+@lru_cache(maxsize=1)
+def _context_fields() -> frozenset[str]:
+    return frozenset(f.name for f in fields(Context))
 
 
 #: Settings keys (non-default args, Namespace, engine config) -> Context fields.
@@ -263,7 +269,7 @@ class Tracker:
         self.stage: str | None = None  # fine stage from landmarks
         self._procs: dict[str, _Proc] = {}
         self._marks, self._frames = load_landmarks()
-        self._lowered = [(m, [k.lower() for k in m.keywords]) for m in self._marks]
+        self._index = KeywordIndex([k.lower() for k in m.keywords] for m in self._marks)
         self._nondefault_seen = False
 
     def observe(self, line: Line) -> str | None:
@@ -291,12 +297,12 @@ class Tracker:
             return proc.frame_stage or self.stage
         if line.user_content:
             return self.stage
-        low = text.lower()
-        for mark, words in self._lowered:
-            if any(w in low for w in words):
-                self._apply(mark, text, line.number)
-                if mark.stage:
-                    proc.frame_stage = None
+        marks = self._marks
+        for i in self._index.matches(text.lower()):
+            mark = marks[i]
+            self._apply(mark, text, line.number)
+            if mark.stage:
+                proc.frame_stage = None
         return proc.frame_stage or self.stage
 
     def _apply(self, mark: Landmark, text: str, number: int = 0) -> None:

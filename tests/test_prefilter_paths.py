@@ -1,0 +1,94 @@
+"""The reader's fast paths find exactly the lines the plain ones do.
+
+Past the paste-sized start of an input, request-logger and access lines are skipped where the keyword
+search lands instead of being blanked beforehand, and with the `fast` extra the search is hyperscan's
+instead of a regex: each must select and decode the same lines, so a diagnosis never depends on which ran.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import pytest
+
+from diagnoser import reader
+from diagnoser.engine import diagnose, prefilter_for
+from diagnoser.reader import Prefilter, ReadStats, _block_lines, blank_user_content, is_user_content
+from diagnoser.rules import builtin_rules
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+API = "\x1b[1;36m(APIServer pid=1)\x1b[0;0m "
+ACCESS = API + 'INFO:     10.0.3.7:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+REQUEST = (API + "INFO 05-01 10:00:00 [logger.py:39] Received request chatcmpl-1: prompt: 'why does this "
+           "raise an exception? Traceback (most recent call last): File \"x.py\", line 1 CUDA out of memory "
+           "error', params: SamplingParams(n=1), prompt_token_ids: [1, 2, 3], lora_request: None.")
+STATS = (API + "INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 120.3 tokens/s, Avg "
+         "generation throughput: 88.1 tokens/s, Running: 12 reqs, Waiting: 3 reqs, GPU KV cache usage: 97.2%, "
+         "Prefix cache hit rate: 12.0%")
+WRAPPED = "x" * 60 + "\n" + "ERROR boom continues" + "\n"
+
+
+def _block(seed: int) -> bytes:
+    """Fixture lines shuffled with serving chatter: access, request-logger (keyword-laden) and stats lines."""
+    rng = random.Random(seed)
+    logs = sorted(FIXTURES.glob("*.log"))
+    lines = rng.choice(logs).read_text(encoding="utf-8", errors="replace").splitlines()
+    out = []
+    for line in lines:
+        out.append(line)
+        for _ in range(rng.randint(0, 3)):
+            out.append(rng.choice([ACCESS, REQUEST, STATS, ACCESS, WRAPPED.rstrip("\n"), ""]))
+    return ("\n".join(out) + "\n").encode()
+
+
+def _lines(block: bytes, prefilter: Prefilter, fast: bool) -> list[tuple]:
+    st = ReadStats()
+    if fast:
+        got = _block_lines(block, 0, prefilter, None, 0, st, blank=is_user_content)
+    else:
+        got = _block_lines(blank_user_content(block), 0, prefilter, None, 0, st)
+    return [(ln.number, ln.text, ln.raw, ln.follow) for ln in got]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_skipping_user_content_in_place_selects_the_lines_blanking_does(seed):
+    prefilter = prefilter_for(builtin_rules())
+    block = _block(seed)
+    assert _lines(block, prefilter, fast=True) == _lines(block, prefilter, fast=False)
+
+
+def test_is_user_content_is_blank_user_content_line_by_line():
+    block = b"\n".join([ACCESS.encode(), REQUEST.encode(), STATS.encode(), b"plain"]) + b"\n"
+    starts = [0]
+    for i, byte in enumerate(block[:-1]):
+        if byte == 10:
+            starts.append(i + 1)
+    blanked = blank_user_content(block).split(b"\n")
+    assert [is_user_content(block, s) for s in starts] == [piece == b"" for piece in blanked[:-1]]
+    assert [is_user_content(block, s) for s in starts] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_hyperscan_and_the_regex_find_the_same_lines(seed, monkeypatch):
+    pytest.importorskip("hyperscan")
+    words = prefilter_for(builtin_rules()).keywords
+    fast = Prefilter([w.decode() for w in words])
+    monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
+    plain = Prefilter([w.decode() for w in words])
+    assert fast.accelerated and not plain.accelerated
+    block = _block(seed).upper() if seed % 2 else _block(seed)  # case-insensitive both ways
+    assert fast.hit_lines(block) == plain.hit_lines(block)
+
+
+def test_a_log_past_the_paste_size_is_diagnosed_as_the_same_log_read_the_plain_way(monkeypatch):
+    """The same failure after 9 MB of serving chatter: found, on the same line, by either reading."""
+    fixture = (FIXTURES / "kv-cache-too-small-v1-0.16.log").read_bytes()
+    chatter = ("\n".join([ACCESS] * 40 + [REQUEST, STATS]) + "\n").encode()
+    data = chatter * (9_000_000 // len(chatter)) + fixture
+    fast = diagnose(io.BytesIO(data), "x", builtin_rules())
+    monkeypatch.setattr(reader, "PASTE_MAX", len(data) + 1)  # the whole input takes the plain path
+    plain = diagnose(io.BytesIO(data), "x", builtin_rules())
+    assert [(f.rule.id, f.line, f.facts) for f in fast.findings] == [(f.rule.id, f.line, f.facts) for f in plain.findings]
+    assert "kv-cache-too-small" in [f.rule.id for f in fast.findings]
