@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from .matcher import Evaluator, Hit, derive_facts, template_names
+from .matcher import MAX_EVIDENCE, Evaluator, Fold, Hit, derive_facts, drop_shadowed, template_names
 from .reader import Line
 from .rules import Fix, Rule, template_env
 from .tracker import Context
@@ -23,7 +23,6 @@ BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")  #: template branches leave r
 SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 #: Settings never carried into a suggested command (secrets, and values that only restate the model).
 COMMAND_SKIP = {"model", "model_tag", "api_key", "hf_token", "token", "served_model_name_internal"}
-MAX_EVIDENCE = 6
 #: From a full Namespace(...) dump (old releases), the settings worth repeating in a suggested command.
 NAMESPACE_KEEP = {
     "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "dtype",
@@ -128,27 +127,6 @@ def _aggregate(rule: Rule, group: list[Hit]) -> dict[str, Any]:
     return facts
 
 
-def _drop_shadowed(hits: list[Hit]) -> list[Hit]:
-    """Hits that say less than another hit on the same line go.
-
-    A generic hit yields to a specific hit of another rule; a rule yields to one that `overrides` it (a more
-    precise reading of the same text). Lines are compared as objects: a flattened paste puts many records
-    on one physical line, and each keeps its own hits.
-    """
-    by_line: dict[int, list[Hit]] = {}
-    for h in hits:
-        by_line.setdefault(id(h.line), []).append(h)
-    out = []
-    for h in hits:
-        others = [o for o in by_line[id(h.line)] if o.rule.id != h.rule.id]
-        if h.pattern.generic and any(not o.pattern.generic for o in others):
-            continue
-        if any(h.rule.id in o.rule.overrides for o in others):
-            continue
-        out.append(h)
-    return out
-
-
 def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
     """The corrected `vllm serve` command and its Python LLM(...) spelling, from the log's settings."""
     settings: dict[str, Any] = {}
@@ -247,25 +225,30 @@ class Advisor:
         self.ev = Evaluator()
         self._templates = _TEMPLATES
 
-    def findings(self, hits: list[Hit], ctx: Context) -> list[Finding]:
+    def findings(self, hits: list[Hit], ctx: Context, folds: dict[str, Fold] | None = None) -> list[Finding]:
+        """`folds`: aggregate rules with more hits than were kept whole (Matcher.folds)."""
         ctx_dict = ctx.as_dict()
         found: list[Finding] = []
-        for group in _group(_drop_shadowed(hits)):
+        for group in _group(drop_shadowed(hits)):
             rule = group[0].rule
-            facts = _aggregate(rule, group) if rule.aggregate else _merged_facts(group)
+            fold = folds.get(rule.id) if folds and rule.aggregate else None
+            if fold is not None:
+                facts = fold.facts(rule)
+            else:
+                facts = _aggregate(rule, group) if rule.aggregate else _merged_facts(group)
             first = group[0]
             specific = [h for h in group if not h.pattern.generic]
             anchor = specific[0] if specific else first
             stage = anchor.stage if (anchor.stage in rule.stage_choices or not rule.stage) else rule.stage
             facts = derive_facts(rule, facts, ctx_dict, self.ev, stage)
             evidence = _evidence(group)
-            ranks = sorted({h.line.rank for h in group if h.line.rank is not None})
+            ranks = sorted(fold.ranks if fold is not None else {h.line.rank for h in group if h.line.rank is not None})
             stage = anchor.stage if (anchor.stage in rule.stage_choices or not rule.stage) else rule.stage
             finding = Finding(
                 rule=rule, severity=rule.severity, stage=stage,
                 fine_stage=rule.fine_stage or anchor.fine_stage, line=anchor.line.number,
                 end_line=max(anchor.end_line, anchor.line.number), evidence=evidence, facts=facts,
-                ranks=ranks, occurrences=len(group), generic=not specific,
+                ranks=ranks, occurrences=fold.count if fold is not None else len(group), generic=not specific,
             )
             if rule.keep_when and not self.ev.truth(
                     rule.keep_when, {**template_names(facts, ctx_dict), "line": finding.line, "stage": stage,

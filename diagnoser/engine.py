@@ -81,7 +81,7 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     if on_hit is not None:
         for hit in hits[seen:]:
             on_hit(hit)
-    findings = Advisor().findings(hits, tracker.context)
+    findings = Advisor().findings(hits, tracker.context, matcher.folds)
     return Report(path=path, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
                   findings=findings, redactions=dict(redactor.counts) if redactor else {})
 

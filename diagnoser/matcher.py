@@ -27,6 +27,8 @@ from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
 WINDOW_CHARS = 4000
+#: distinct evidence lines a finding shows (advise) and an aggregate rule's fold keeps whole hits for
+MAX_EVIDENCE = 6
 
 
 @dataclass
@@ -110,6 +112,113 @@ def derive_facts(rule: Rule, facts: dict[str, Any], ctx: dict[str, Any], ev: Eva
     return out
 
 
+def drop_shadowed(hits: list[Hit]) -> list[Hit]:
+    """Hits that say less than another hit on the same line go.
+
+    A generic hit yields to a specific hit of another rule; a rule yields to one that `overrides` it (a more
+    precise reading of the same text). Lines are compared as objects: a flattened paste puts many records
+    on one physical line, and each keeps its own hits.
+    """
+    by_line: dict[int, list[Hit]] = {}
+    for h in hits:
+        by_line.setdefault(id(h.line), []).append(h)
+    out = []
+    for h in hits:
+        others = [o for o in by_line[id(h.line)] if o.rule.id != h.rule.id]
+        if h.pattern.generic and any(not o.pattern.generic for o in others):
+            continue
+        if any(h.rule.id in o.rule.overrides for o in others):
+            continue
+        out.append(h)
+    return out
+
+
+
+class Fold:
+    """Every hit of one aggregate rule, folded as it comes: what the finding needs, in constant memory.
+
+    Hits are kept whole while they can still matter one by one (until the evidence has MAX_EVIDENCE distinct
+    lines, and the first specific hit); the rest only update the running figures that advise._aggregate
+    would compute from the whole group (per-rank first facts, max/min/sum/first/last/count, hits, first and
+    last line and time, ranks), so 300,000 preemption warnings cost what six do.
+    """
+
+    def __init__(self, max_evidence: int) -> None:
+        self.max_evidence = max_evidence
+        self.count = 0
+        self.ranks: set[int] = set()
+        self._seen: set[str] = set()
+        self._specific = False
+        self._by_rank: dict[int, dict[str, Any]] = {}
+        self._values: dict[str, list[Any]] = {}  #: name -> [count, max, min, sum, first, last]
+        self._first_line = self._last_line = 0
+        self._first_time: str | None = None
+        self._last_time: str | None = None
+
+    def add(self, hit: Hit) -> bool:
+        """Fold one hit in; True when it must also be kept whole."""
+        keep = self.count == 0
+        self.count += 1
+        line = hit.line
+        if line.rank is not None:
+            self.ranks.add(line.rank)
+        if self.count == 1:
+            self._first_line = line.number
+        self._last_line = line.number
+        if line.timestamp:
+            self._first_time = self._first_time or line.timestamp
+            self._last_time = line.timestamp
+        merged = self._by_rank.setdefault(line.rank if line.rank is not None else -1, {})
+        for k, v in hit.facts.items():
+            merged.setdefault(k, v)
+            acc = self._values.get(k)
+            if acc is None:
+                self._values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v]
+                continue
+            acc[0] += 1
+            acc[5] = v
+            try:
+                acc[1], acc[2] = max(acc[1], v), min(acc[2], v)
+            except TypeError:
+                acc[1] = acc[2] = None
+            acc[3] = acc[3] + v if acc[3] is not None and _summable(v) else None
+        if not hit.pattern.generic and not self._specific:
+            self._specific = keep = True
+        if len(self._seen) < self.max_evidence:
+            for ev in hit.evidence:
+                key = ev.text.strip()
+                if key not in self._seen:
+                    self._seen.add(key)
+                    keep = True
+                    if len(self._seen) >= self.max_evidence:
+                        break
+        return keep
+
+    def facts(self, rule: Rule) -> dict[str, Any]:
+        """What advise._aggregate gives for the whole group."""
+        facts: dict[str, Any] = {}
+        for rank in sorted(self._by_rank):
+            for k, v in self._by_rank[rank].items():
+                facts.setdefault(k, v)
+        for name, how in rule.aggregate.items():
+            acc = self._values.get(name)
+            if how == "count":
+                facts[name] = acc[0] if acc else 0
+            elif acc is None:
+                facts.pop(name, None)
+            else:
+                facts[name] = acc[{"max": 1, "min": 2, "sum": 3, "first": 4, "last": 5}[how]]
+        facts["hits"] = self.count
+        facts["first_line"], facts["last_line"] = self._first_line, self._last_line
+        if self._first_time:
+            facts["first_time"], facts["last_time"] = self._first_time, self._last_time
+        return facts
+
+
+def _summable(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 class Matcher:
     """Consumes (line, stage) pairs in order and collects hits; lines wait WRAP_MAX lines for their window."""
 
@@ -120,6 +229,7 @@ class Matcher:
         ]
         self.index = KeywordIndex(kws for _, _, kws in self.entries)
         self.hits: list[Hit] = []
+        self.folds: dict[str, Fold] = {}  #: aggregate rules' hits, folded (advise uses them for the figures)
         self.ev = Evaluator()
         self._pending: deque[tuple[Line, str | None]] = deque()
         self._ctx_source = ctx_source  # an object with .as_dict() (the tracker's Context)
@@ -207,20 +317,38 @@ class Matcher:
                 if pattern.when_early and not self.ev.truth(
                         pattern.when, {**template_names(facts, ctx), "level": line.level}):
                     continue  # e.g. a stats line below the saturation threshold: no need to derive anything
-                names = derive_facts(rule, facts, ctx, self.ev, stage)
-                scope = {**template_names(names, ctx), "level": line.level}
-                if pattern.when and not pattern.when_early and not self.ev.truth(pattern.when, scope):
-                    continue
-                if rule.when and not self.ev.truth(rule.when, scope):
-                    continue
+                late_when = pattern.when if pattern.when and not pattern.when_early else None
+                if late_when or rule.when:  # derived facts are only for these tests here (advise derives again)
+                    names = derive_facts(rule, facts, ctx, self.ev, stage)
+                    scope = {**template_names(names, ctx), "level": line.level}
+                    if late_when and not self.ev.truth(late_when, scope):
+                        continue
+                    if rule.when and not self.ev.truth(rule.when, scope):
+                        continue
                 hit = Hit(rule=rule, pattern=pattern, line=line, end_line=window[-1].number, stage=stage,
                           fine_stage=fine, facts=facts, evidence=window)
                 best = found.get(rule.id)
                 if best is None or (best.pattern.generic, -len(best.facts)) > (pattern.generic, -len(facts)):
                     found[rule.id] = hit
-            self.hits.extend(found.values())
+            self._collect(list(found.values()))
         finally:
             self._pending.popleft()
+
+    def _collect(self, hits: list[Hit]) -> None:
+        """Keep a line's hits; an aggregate rule's are folded (Fold), and kept whole only while they matter."""
+        if not any(h.rule.aggregate for h in hits):
+            self.hits.extend(hits)
+            return
+        live = {id(h) for h in drop_shadowed(hits)}  # the advisor drops the others (shadowing is per line)
+        for hit in hits:
+            if not hit.rule.aggregate:
+                self.hits.append(hit)
+            elif id(hit) in live:
+                fold = self.folds.get(hit.rule.id)
+                if fold is None:
+                    fold = self.folds[hit.rule.id] = Fold(MAX_EVIDENCE)
+                if fold.add(hit):
+                    self.hits.append(hit)
 
     def _extract(self, rule: Rule, texts: tuple[str, ...] | list[str] | str,
                  first_line: str | None = None) -> dict[str, Any]:

@@ -92,3 +92,29 @@ def test_a_log_past_the_paste_size_is_diagnosed_as_the_same_log_read_the_plain_w
     plain = diagnose(io.BytesIO(data), "x", builtin_rules())
     assert [(f.rule.id, f.line, f.facts) for f in fast.findings] == [(f.rule.id, f.line, f.facts) for f in plain.findings]
     assert "kv-cache-too-small" in [f.rule.id for f in fast.findings]
+
+
+def test_folded_aggregate_hits_give_the_finding_the_whole_group_gives(monkeypatch):
+    """300 preemption warnings over two ranks: folding them as they come changes no figure of the finding."""
+    from diagnoser import advise, matcher
+
+    lines = ["INFO 05-01 10:00:00 llm_engine.py:70] Initializing an LLM engine (v0.6.3) with config: model='org/m'"]
+    for i in range(300):
+        lines.append(f"[rank{i % 2}]: WARNING 05-01 10:{i // 60:02d}:{i % 60:02d} scheduler.py:1089] Sequence group "
+                     f"{i} is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+                     f"total_num_cumulative_preemption={i + 1}")
+    data = ("\n".join(lines) + "\n").encode()
+
+    def figures(report):
+        return [(f.rule.id, f.line, f.end_line, f.facts, f.ranks, f.occurrences, [e.text for e in f.evidence],
+                 f.advice) for f in report.findings]
+
+    folded = diagnose(io.BytesIO(data), "x", builtin_rules())
+    kept = []
+    original_add, original_findings = matcher.Fold.add, advise.Advisor.findings
+    monkeypatch.setattr(matcher.Fold, "add", lambda self, hit: kept.append(hit) or original_add(self, hit) or True)
+    monkeypatch.setattr(advise.Advisor, "findings", lambda self, hits, ctx, folds=None: original_findings(self, hits, ctx))
+    whole = diagnose(io.BytesIO(data), "x", builtin_rules())
+    assert len(kept) == 300
+    assert figures(folded) == figures(whole)
+    assert folded.findings[0].facts["preemptions"] == 300 and folded.findings[0].occurrences == 300
