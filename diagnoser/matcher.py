@@ -21,12 +21,14 @@ from rapidfuzz.utils import default_process
 
 from . import advice_functions, memory
 from .keywords import KeywordIndex
-from .reader import FOLLOW, WRAP_MAX, WRAP_MIN_WIDTH, Line
+from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, template_env
 from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
 WINDOW_CHARS = 4000
+#: a piece this long is a cut of an enormous line (reader.MAX_LINE), not a wrapped message
+CUT_PIECE = MAX_LINE // 2
 #: distinct evidence lines a finding shows (advise) and an aggregate rule's fold keeps whole hits for
 MAX_EVIDENCE = 6
 
@@ -256,6 +258,8 @@ class Matcher:
         lines = [first]
         for nxt, _ in itertools.islice(self._pending, 1, None):
             prev = lines[-1]
+            if nxt.number == prev.number and len(prev.text) >= CUT_PIECE:
+                break  # pieces of one enormous line: each is matched alone (joining them made it quadratic)
             if not _continues(first, prev, nxt):
                 break
             if len(lines) > FOLLOW and not _full_piece(prev, first):
