@@ -233,11 +233,28 @@ def check_cmd(**kwargs: Any) -> None:
     sys.exit(run_diagnosis(**kwargs))
 
 
+def _rules_with(rule_paths: tuple[str, ...]) -> list[Rule]:
+    """Shipped rules plus --rules files (fully validated); a bad file is a usage error naming it."""
+    from .rules import RuleError, load_rules
+
+    if not rule_paths:
+        return list(builtin_rules())
+    try:
+        return load_rules(tuple(Path(p) for p in rule_paths))
+    except RuleError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @main.command("rules")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text")
-def rules_cmd(fmt: str) -> None:
-    """List the rules: id, severity, stage, title."""
-    rules = sorted(builtin_rules(), key=lambda r: r.id)
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+@click.option("--test", "test_paths", multiple=True, type=click.Path(exists=True),
+              help="Run the cases of the rules in this file or folder (repeatable): exit 1 if one fails.")
+def rules_cmd(fmt: str, rule_paths: tuple[str, ...], test_paths: tuple[str, ...]) -> None:
+    """List the rules: id, severity, stage, title (or, with --test, run a rule pack's cases)."""
+    rules = sorted(_rules_with(rule_paths + test_paths), key=lambda r: r.id)
+    if test_paths:
+        sys.exit(_test_rules(rules, test_paths))
     if fmt == "json":
         import json
 
@@ -249,11 +266,35 @@ def rules_cmd(fmt: str) -> None:
         click.echo(f"{r.id:<{width}}  {r.severity:<7}  {(r.stage or 'any'):<7}  {r.title}")
 
 
+def _test_rules(rules: list[Rule], test_paths: tuple[str, ...]) -> int:
+    """`rules --test`: one line per case (ok / FAIL and why), a summary, exit 1 when any case fails."""
+    from .selftest import case_results
+
+    wanted = {str(q.resolve()) for p in test_paths
+              for q in (sorted(Path(p).glob("*.yaml")) if Path(p).is_dir() else [Path(p)])}
+    passed = failed = 0
+    for rule in rules:
+        if str(Path(rule.path).resolve()) not in wanted:
+            continue
+        for name, failure in case_results(rule, rules):
+            if failure:
+                failed += 1
+                click.echo(f"FAIL  {rule.id}: {name}")
+                for msg in failure.splitlines():
+                    click.echo(f"      {msg}")
+            else:
+                passed += 1
+                click.echo(f"ok    {rule.id}: {name}")
+    click.echo(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
 @main.command("explain")
 @click.argument("rule_id")
-def explain_cmd(rule_id: str) -> None:
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+def explain_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     """Print a rule's page: what it means, why it happens, how the fix is computed."""
-    rules = {r.id: r for r in builtin_rules()}
+    rules = {r.id: r for r in _rules_with(rule_paths)}
     rule = rules.get(rule_id)
     if rule is None:
         from rapidfuzz import process

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import regex
@@ -36,7 +37,9 @@ RULE_KEYS = {
 PATTERN_KEYS = {"phrase", "regex", "threshold", "keywords", "generic", "stages", "catalog", "when"}
 FIX_KEYS = {"flag", "value", "reason", "when", "env"}
 CASE_KEYS = {"match", "near_miss"}
-MATCH_CASE_KEYS = {"text", "facts", "stage", "context", "advice_contains"}
+MATCH_CASE_KEYS = {"name", "text", "facts", "stage", "context", "advice_contains", "line", "finding_stage",
+                   "wins_over"}
+NEAR_MISS_KEYS = {"name", "text", "stage"}
 
 #: Words too common in vLLM logs to make a useful prefilter keyword.
 STOPWORDS = {
@@ -193,7 +196,38 @@ def _expr_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> 
         ast = env.parse("{{ (" + source + ") }}")
     except TemplateSyntaxError as exc:
         raise RuleError(path, key, f"not a valid expression: {exc.message}") from None
+    _check_helpers(env, ast, path, key)
     return _free_names(ast)
+
+
+#: Template names that stand for a module of helpers: `mem.max_len_that_fits(...)`, `fn.corrected_args(...)`.
+HELPER_MODULES = {"mem": "diagnoser.memory", "fn": "diagnoser.advice_functions"}
+
+
+def _check_helpers(env: SandboxedEnvironment, ast: nodes.Template, path: str, key: str) -> None:
+    """Every mem.X / fn.X names a public function of its module, every filter and test exists: a typo is
+    caught at load, not as a silently empty value on the one log that needs it."""
+    from importlib import import_module
+
+    from jinja2 import nodes
+
+    for node in ast.find_all(nodes.Getattr):
+        if isinstance(node.node, nodes.Name) and node.node.name in HELPER_MODULES:
+            module = import_module(HELPER_MODULES[node.node.name])
+            value = getattr(module, node.attr, None)
+            if node.attr.startswith("_") or value is None or isinstance(value, ModuleType):
+                public = sorted(n for n in dir(module) if not n.startswith("_")
+                                and not isinstance(getattr(module, n), ModuleType))
+                close = [n for n in public if n.startswith(node.attr[:4])][:3]
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise RuleError(path, key, f"{node.node.name}.{node.attr} is not a function or constant of "
+                                           f"{HELPER_MODULES[node.node.name]}{hint}")
+    for node in ast.find_all(nodes.Filter):
+        if node.name not in env.filters:
+            raise RuleError(path, key, f"unknown filter |{node.name}; the filters are tokens, gib and jinja2's")
+    for node in ast.find_all(nodes.Test):
+        if node.name not in env.tests:
+            raise RuleError(path, key, f"unknown test `is {node.name}`; use `is known` for \"has a value\"")
 
 
 def _free_names(ast: nodes.Template) -> set[str]:
@@ -217,6 +251,7 @@ def _template_names(env: SandboxedEnvironment, source: str, path: str, key: str)
         ast = env.parse(source)
     except TemplateSyntaxError as exc:
         raise RuleError(path, key, f"template does not parse (line {exc.lineno}): {exc.message}") from None
+    _check_helpers(env, ast, path, key)
     return _free_names(ast)
 
 
@@ -427,7 +462,7 @@ def _add_rules(rules: dict[str, Rule], paths: list[Path]) -> None:
     added = []
     for p in paths:
         rule = load_rule_file(p)
-        if rule.id in rules and rules[rule.id].path != rule.path:
+        if rule.id in rules and Path(rules[rule.id].path).resolve() != p.resolve():
             raise RuleError(str(p), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
         rules[rule.id] = rule
         added.append(rule)

@@ -1,0 +1,120 @@
+"""Rules that check themselves: helper names checked at load, named cases, `vllm-doctor rules --test`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from diagnoser.rules import RuleError, builtin_rules, load_rule_file, load_rules
+from diagnoser.selftest import case_results, run_cases
+
+PACK = """\
+id: demo-rule
+title: Demo
+severity: error
+stage: startup
+match:
+  - phrase: "the demo engine exploded loudly"
+extract:
+  - 'exploded loudly with (?P<count>\\d+) sparks'
+facts:
+  count: int
+derive:
+  gib: "mem.GIB / 2"
+advice: "{% if count is known %}{{ count | tokens }} sparks{% endif %}"
+explanation: Demo.
+cases:
+  match:
+    - name: three sparks
+      text: "the demo engine exploded loudly with 3 sparks"
+      facts: {count: 3}
+      line: 1
+  near_miss:
+    - name: a quiet engine
+      text: "the demo engine is fine"
+"""
+
+
+def write(folder: Path, text: str, name: str = "demo-rule.yaml") -> Path:
+    p = folder / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def doctor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diagnoser", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("typo, key, says", [
+    ('gib: "mem.GIBB / 2"', "derive.gib", "mem.GIBB is not a function or constant of diagnoser.memory"),
+    ('gib: "fn.no_such_helper(count)"', "derive.gib", "fn.no_such_helper"),
+    ('gib: "fn.flags"', "derive.gib", "fn.flags"),  # a module, not a helper
+    ('gib: "count | tokenz"', "derive.gib", "unknown filter |tokenz"),
+    ('gib: "count is knwon"', "derive.gib", "unknown test `is knwon`"),
+])
+def test_a_typo_in_a_helper_filter_or_test_is_refused_at_load(tmp_path, typo, key, says):
+    path = write(tmp_path, PACK.replace('gib: "mem.GIB / 2"', typo))
+    with pytest.raises(RuleError) as err:
+        load_rule_file(path)
+    assert err.value.key == key and says in str(err.value) and str(path) in str(err.value)
+
+
+def test_the_same_typo_in_advice_names_the_advice(tmp_path):
+    path = write(tmp_path, PACK.replace("count | tokens", "count | tokns"))
+    with pytest.raises(RuleError, match=r"advice: unknown filter \|tokns"):
+        load_rule_file(path)
+
+
+def test_every_shipped_rule_passes_the_helper_checks():
+    assert len(load_rules()) == len(builtin_rules()) > 0  # load_rules validates nothing new; the cache miss did
+
+
+def test_failures_carry_the_case_name(tmp_path):
+    rule = load_rule_file(write(tmp_path, PACK.replace("facts: {count: 3}", "facts: {count: 4}")
+                                .replace("the demo engine is fine", "the demo engine exploded loudly")))
+    failures = run_cases(rule)
+    assert any("demo-rule: three sparks (cases.match[0]): fact count = 3, want 4" in f for f in failures)
+    assert any("a quiet engine (cases.near_miss[0]) matched but must not" in f for f in failures)
+
+
+def test_cases_assert_line_stage_and_which_rule_wins(tmp_path):
+    text = PACK.replace("      line: 1\n", "      line: 2\n      finding_stage: loading\n      wins_over: [port-in-use]\n")
+    rule = load_rule_file(write(tmp_path, text))
+    (result, _near) = case_results(rule)
+    assert result[0] == "three sparks (cases.match[0])"
+    assert "finding on line 1, want 2" in result[1]
+    assert "finding stage 'startup', want 'loading'" in result[1]
+    assert "ranks above" not in result[1]  # port-in-use has no finding here: demo-rule wins
+
+
+def test_rules_test_runs_a_pack_and_sets_the_exit_code(tmp_path):
+    write(tmp_path, PACK)
+    ok = doctor("rules", "--test", str(tmp_path))
+    assert ok.returncode == 0, ok.stderr
+    assert "ok    demo-rule: three sparks (cases.match[0])" in ok.stdout
+    assert "ok    demo-rule: a quiet engine (cases.near_miss[0])" in ok.stdout
+    assert ok.stdout.strip().endswith("2 passed, 0 failed")
+    write(tmp_path, PACK.replace("facts: {count: 3}", "facts: {count: 5}"))
+    bad = doctor("rules", "--test", str(tmp_path / "demo-rule.yaml"))
+    assert bad.returncode == 1
+    assert "FAIL  demo-rule: three sparks (cases.match[0])" in bad.stdout and "want 5" in bad.stdout
+    assert bad.stdout.strip().endswith("1 passed, 1 failed")
+
+
+def test_rules_test_on_a_broken_pack_is_a_usage_error(tmp_path):
+    write(tmp_path, PACK.replace("mem.GIB", "mem.GIBB"))
+    res = doctor("rules", "--test", str(tmp_path))
+    assert res.returncode == 2 and "derive.gib" in res.stderr
+
+
+def test_rules_and_explain_honour_extra_rules(tmp_path):
+    path = write(tmp_path, PACK)
+    listed = doctor("rules", "--rules", str(path))
+    assert listed.returncode == 0 and "demo-rule" in listed.stdout
+    page = doctor("explain", "demo-rule", "--rules", str(path))
+    assert page.returncode == 0 and page.stdout.startswith("demo-rule  (error, stage: startup)")
+    assert doctor("explain", "demo-rule").returncode == 2
