@@ -118,3 +118,30 @@ def test_rules_and_explain_honour_extra_rules(tmp_path):
     page = doctor("explain", "demo-rule", "--rules", str(path))
     assert page.returncode == 0 and page.stdout.startswith("demo-rule  (error, stage: startup)")
     assert doctor("explain", "demo-rule").returncode == 2
+
+
+def test_the_readme_rules_table_is_generated_from_the_rules():
+    root = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, str(root / "scripts" / "gen-rules-table"), "--check"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    for rule in builtin_rules():
+        assert f"| `{rule.id}` | {rule.severity} |" in readme
+
+
+def test_every_shipped_rule_validates_against_the_published_schema():
+    import json
+
+    import jsonschema
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    schema = json.loads((root / "docs" / "rule.schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in sorted((root / "rules").glob("*.yaml")):
+        errors = [f"{'.'.join(map(str, e.path))}: {e.message}"
+                  for e in validator.iter_errors(yaml.safe_load(path.read_text(encoding="utf-8")))]
+        assert errors == [], f"{path.name}: {errors[:3]}"
+    bad = yaml.safe_load(PACK.replace("severity: error", "severity: fatal"))
+    assert not validator.is_valid(bad)
