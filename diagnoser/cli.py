@@ -163,6 +163,20 @@ def builtin_rules() -> tuple[Rule, ...]:
     return shipped()
 
 
+def diagnose(*args: Any, **kwargs: Any) -> Report:
+    """engine.diagnose, imported when a log is read (a seam: tests swap in their own)."""
+    from .engine import diagnose as run
+
+    return run(*args, **kwargs)
+
+
+def renderer(name: str) -> Any:
+    """The render function of one format, imported when the report is written."""
+    from .report import renderer as pick
+
+    return pick(name)
+
+
 def _announcer() -> Any:
     """Live mode: one stderr line per new problem (once per rule), before the full report at the end."""
     told: set[str] = set()
@@ -185,8 +199,6 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
                   no_redact: bool, color: bool | None, config_file: str | None, output: str | None,
                   live: bool = False) -> int:
     """Shared by `diagnose` and `check`: returns the exit code."""
-    from .engine import diagnose
-    from .report import renderer
     from .rules import RuleError, load_rules
 
     try:
