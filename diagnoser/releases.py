@@ -9,11 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from . import datafiles
 from .errors import UsageError
 
 Version = tuple[int, int, int]
@@ -79,8 +77,7 @@ class Releases:
 @lru_cache(maxsize=1)
 def load() -> Releases:
     """data/releases.yaml, parsed once."""
-    text = resources.files("diagnoser.data").joinpath("releases.yaml").read_text(encoding="utf-8")
-    raw = yaml.safe_load(text)
+    raw = datafiles.load("releases.yaml")
     settings = {}
     for name, entries in raw["settings"].items():
         settings[name] = tuple(
