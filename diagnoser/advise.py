@@ -16,7 +16,8 @@ from typing import Any
 
 from .matcher import Evaluator, Hit, derive_facts, template_names
 from .reader import Line
-from .rules import Fix, Rule, template_env
+from .rules import Fix, Rule
+from .sandbox import render, template_env
 from .tracker import Context
 
 BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")  #: template branches leave runs of blank lines
@@ -313,7 +314,7 @@ class Advisor:
         if tpl is None:
             tpl = self._templates[source] = self.env.from_string(source)
         try:
-            return BLANK_RUN.sub("\n\n", tpl.render(**names)).strip()
+            return BLANK_RUN.sub("\n\n", render(tpl, names)).strip()
         except Exception as exc:  # noqa: BLE001 - a template over unusual facts must not kill the report
             if rule is None:
                 return ""

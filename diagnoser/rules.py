@@ -18,10 +18,12 @@ from typing import Any
 
 import regex
 import yaml
-from jinja2 import StrictUndefined, Undefined, nodes
-from jinja2.exceptions import TemplateSyntaxError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import nodes
 
+from . import safeyaml
+from .errors import InputError, LimitError
+from .regexcheck import catastrophic
+from .sandbox import RuleSandbox, parse_checked, template_env
 from .stages import STAGES
 
 SEVERITIES = ("error", "warning", "info")
@@ -53,11 +55,7 @@ TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks",
 
 DEFAULT_THRESHOLD = 85.0
 
-#: yaml.safe_load's loader, libyaml's C build when present (ten times faster on the rule files).
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class RuleError(ValueError):
+class RuleError(InputError, ValueError):
     """A rule file is wrong: carries the file and the key so the one-line message says what to change."""
 
     def __init__(self, path: str, key: str, message: str) -> None:
@@ -92,8 +90,41 @@ class Extractor:
     def tolerant(self) -> regex.Pattern[str]:
         """Compiled on first use: most extractors never need the wrap-tolerant retry."""
         if self._tolerant is None:
-            self._tolerant = _tolerant(self.pattern.pattern)
+            self._tolerant = like(self.pattern, _tolerant(self.pattern.pattern))
         return self._tolerant
+
+
+#: Seconds one search of a rule pack's regex may take (the regex module stops it at about twice this).
+REGEX_TIMEOUT = 0.5
+
+
+class TimedPattern:
+    """A rule pack's compiled regex whose every search is bounded in time.
+
+    Built-in rules are reviewed and use plain compiled patterns (a timeout costs ~9 µs per search); a
+    `--rules` pattern that runs past REGEX_TIMEOUT on some line stops the run with a LimitError naming the
+    file and the key, rather than hanging a CI job.
+    """
+
+    __slots__ = ("_compiled", "path", "key")
+
+    def __init__(self, compiled: regex.Pattern[str], path: str, key: str) -> None:
+        self._compiled, self.path, self.key = compiled, path, key
+
+    def search(self, text: str, *args: Any) -> Any:
+        try:
+            return self._compiled.search(text, *args, timeout=REGEX_TIMEOUT)
+        except TimeoutError:
+            raise LimitError(f"{self.path}: {self.key}: the regex ran longer than {REGEX_TIMEOUT:g} s on one line "
+                             "(catastrophic backtracking?); simplify it") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled, name)
+
+
+def like(model: Any, compiled: regex.Pattern[str]) -> Any:
+    """`compiled` bounded in time when `model` is (the wrap-tolerant form of a rule pack's regex)."""
+    return TimedPattern(compiled, model.path, model.key) if isinstance(model, TimedPattern) else compiled
 
 
 @dataclass
@@ -144,32 +175,6 @@ class Rule:
         return names
 
 
-def template_env() -> SandboxedEnvironment:
-    """The one environment for advice templates and expressions: sandboxed, strict about names."""
-    env = SandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                               keep_trailing_newline=False)
-    env.filters["tokens"] = _tokens
-    env.filters["gib"] = _gib
-    env.tests["known"] = lambda v: not isinstance(v, Undefined) and v is not None
-    return env
-
-
-def _tokens(n: Any) -> str:
-    """35000 -> '35,000'; an unknown value prints as '?' rather than failing the advice."""
-    try:
-        return f"{int(n):,}"
-    except (TypeError, ValueError):
-        return "?"
-
-
-def _gib(x: Any) -> str:
-    """4.6213 -> '4.62'."""
-    try:
-        return f"{float(x):.2f}"
-    except (TypeError, ValueError):
-        return "?"
-
-
 def derive_keywords(phrase: str) -> list[str]:
     """Distinctive words of a phrase: what a line must contain before it is fuzzy-matched."""
     words = re.findall(r"[A-Za-z_][A-Za-z_'-]{4,}", phrase)
@@ -182,12 +187,13 @@ def _tolerant(source: str) -> regex.Pattern[str]:
     return regex.compile(f"(?:{source}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0)
 
 
-def _expr_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
+def _expr_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
+    if not isinstance(source, str):
+        raise RuleError(path, key, f"must be an expression in a string, not {type(source).__name__}")
     try:
-        ast = env.parse("{{ (" + source + ") }}")
-    except TemplateSyntaxError as exc:
-        raise RuleError(path, key, f"not a valid expression: {exc.message}") from None
-    return _free_names(ast)
+        return _free_names(parse_checked(env, source, expression=True))
+    except ValueError as exc:
+        raise RuleError(path, key, str(exc)) from None
 
 
 def _free_names(ast: nodes.Template) -> set[str]:
@@ -202,12 +208,13 @@ def _free_names(ast: nodes.Template) -> set[str]:
     return loads - stores
 
 
-def _template_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
+def _template_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
+    if not isinstance(source, str):
+        raise RuleError(path, key, f"must be a template string, not {type(source).__name__}")
     try:
-        ast = env.parse(source)
-    except TemplateSyntaxError as exc:
-        raise RuleError(path, key, f"template does not parse (line {exc.lineno}): {exc.message}") from None
-    return _free_names(ast)
+        return _free_names(parse_checked(env, source, expression=False))
+    except ValueError as exc:
+        raise RuleError(path, key, str(exc)) from None
 
 
 def _check_names(names: set[str], allowed: set[str], path: str, key: str) -> None:
@@ -237,15 +244,22 @@ def _check_mapping(item: Any, allowed: set[str], path: str, key: str, shape: str
     return item
 
 
-def _compile(source: str, path: str, key: str) -> regex.Pattern[str]:
+def _compile(source: Any, path: str, key: str, trusted: bool = False) -> Any:
+    if not isinstance(source, str):
+        raise RuleError(path, key, f"a regex is a string, not {type(source).__name__}")
     try:
-        return regex.compile(source, regex.V0)
-    except regex.error as exc:
+        compiled = regex.compile(source, regex.V0)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise RuleError(path, key, f"regex does not compile: {exc}") from None
+    problem = catastrophic(source)
+    if problem:
+        raise RuleError(path, key, f"{problem}: it can take exponential time on some lines; rewrite it "
+                                   "(e.g. (a+)+ as a+, (\\w+\\s?)+ as [\\w\\s]+)")
+    return compiled if trusted else TimedPattern(compiled, path, key)
 
 
-def parse_rule(data: Any, path: str) -> Rule:
-    """Validate one rule document and build the Rule."""
+def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
+    """Validate one rule document and build the Rule (`trusted`: a built-in rule, its regexes not timed)."""
     _check_mapping(data, RULE_KEYS, path, "(top)", "a rule file holds one mapping (id, title, severity, match, ...)")
     rid = _require(data, "id", str, path)
     if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", rid):
@@ -269,7 +283,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         phrase, rx = item.get("phrase"), item.get("regex")
         if bool(phrase) == bool(rx):
             raise RuleError(path, key, "give exactly one of phrase: or regex:")
-        compiled = _compile(rx, path, f"{key}.regex") if rx else None
+        compiled = _compile(rx, path, f"{key}.regex", trusted) if rx else None
         keywords = item.get("keywords") or (derive_keywords(phrase) if phrase else None)
         if not keywords:
             raise RuleError(path, f"{key}.keywords", "a regex entry needs literal keywords: for the prefilter")
@@ -294,7 +308,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         source = item.get("regex") if isinstance(item, dict) else item
         if not isinstance(source, str):
             raise RuleError(path, key, "each extract entry is a regex (string or {regex: ...})")
-        compiled = _compile(source, path, key)
+        compiled = _compile(source, path, key, trusted)
         if not compiled.groupindex:
             raise RuleError(path, key, "an extract regex needs named groups (?P<name>...)")
         extractors.append(Extractor(compiled))
@@ -371,19 +385,19 @@ def parse_rule(data: Any, path: str) -> Rule:
     return rule
 
 
-def load_rule_file(path: Path) -> Rule:
+def load_rule_file(path: Path, trusted: bool = False) -> Rule:
     """Read and validate one rule file; unreadable or invalid YAML is a RuleError too."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(str(path), "(file)", f"cannot read: {exc}") from None
     try:
-        data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - the safe loader, in C when libyaml is there
+        data = safeyaml.load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(yaml)"
         raise RuleError(str(path), where, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_rule(data, str(path))
+    return parse_rule(data, str(path), trusted)
 
 
 def builtin_rules_dir() -> Path:
@@ -399,12 +413,13 @@ def builtin_rules_dir() -> Path:
 
 def load_rules(extra: tuple[Path, ...] = ()) -> list[Rule]:
     """Built-in rules plus any extra files or folders; ids must be unique."""
-    paths = sorted(builtin_rules_dir().glob("*.yaml"))
+    builtin = builtin_rules_dir()
+    paths = sorted(builtin.glob("*.yaml"))
     for p in extra:
         paths.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
     rules: dict[str, Rule] = {}
     for p in paths:
-        rule = load_rule_file(p)
+        rule = load_rule_file(p, trusted=p.parent == builtin)
         if rule.id in rules and rules[rule.id].path != rule.path:
             raise RuleError(str(p), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
         rules[rule.id] = rule
