@@ -216,7 +216,8 @@ def check_template(ast: nodes.Template) -> str | None:
             return "recursive loops are not allowed in rule templates"
         if any(True for _ in loop.find_all(nodes.For)):
             return "nested loops are not allowed in rule templates"
-    for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+    members = list(ast.find_all((nodes.Getattr, nodes.Getitem)))
+    for node in members:
         attr = node.attr if isinstance(node, nodes.Getattr) else _const_key(node.arg)
         if isinstance(attr, str) and attr.startswith("_"):
             return f"{attr!r}: private attributes are not allowed"
@@ -226,7 +227,8 @@ def check_template(ast: nodes.Template) -> str | None:
             if attr not in allowed:
                 return (f"{target.name}.{attr if isinstance(attr, str) else '[...]'} is not available to rules; "
                         f"{target.name}. offers: {', '.join(sorted(allowed))}")
-        elif _names_namespace(target):
+    for node in members:
+        if _names_namespace(node.node):
             return f"{_dotted(node)}: fn. and mem. members have no attributes to read"
     for call in ast.find_all(nodes.Call):
         fn = call.node
