@@ -6,6 +6,7 @@ error a user can cause is one line on stderr that names what to change.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import textwrap
@@ -18,9 +19,11 @@ from . import __version__
 from .engine import Report, diagnose
 from .errors import DoctorError
 from .plan import plan
+from .redact import Redactor
 from .report import FORMATS, renderer
 from .rules import RuleError, builtin_rules, load_rules
 from .scan.command import scan_cmd
+from .sanitize import OutputFilter
 
 FAIL_ON = ("error", "warning", "info", "never")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -147,6 +150,11 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
         raise click.UsageError(str(exc)) from None
     if no_redact:
         click.echo("vllm-doctor: warning: --no-redact: secrets in the log will appear in the output", err=True)
+    fmt = pick_format(fmt)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, OutputFilter):
+            stream.redact = None if no_redact else stream.redact
+            stream.allow_commands = fmt == "github" and stream is sys.stdout
     reports = []
     for name, stream in _open_inputs(files):
         try:
@@ -154,7 +162,6 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
         finally:
             if name != "-":
                 stream.close()
-    fmt = pick_format(fmt)
     opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
     if color is not None:
         opts["color"] = color
@@ -293,7 +300,23 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
 
 
 def run() -> None:
-    """Entry point with the one-line error contract: usage errors exit 2, crashes exit 2, never 0."""
+    """Entry point with the one-line error contract: usage errors exit 2, crashes exit 2, never 0.
+
+    stdout and stderr go through sanitize.OutputFilter for every command: no terminal escape, no workflow
+    command and no secret (unless --no-redact) reaches them, whatever a log, rule pack or launch file holds.
+    """
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (OutputFilter(saved[0], Redactor()), OutputFilter(saved[1], Redactor()))
+    try:
+        _run()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def _run() -> None:
     try:
         main.main(standalone_mode=False, prog_name="vllm-doctor")
     except click.exceptions.Exit as exc:

@@ -1,4 +1,9 @@
-"""Report: one module per output format, each `render(reports, options) -> str`."""
+"""Report: one module per output format, each `render(reports, options) -> str`.
+
+`renderer(name)` is the one way to a format: it hands the format a sanitized copy of the reports (every
+string escaped, see diagnoser/sanitize.py) and defuses GitHub workflow-command lines in every format but
+`github`, so no format needs its own escaping of control characters.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from collections.abc import Callable
 from importlib import import_module
 
 from ..engine import Report
+from ..sanitize import clean_output, no_commands, sanitized
 
 #: --format name -> module in this package. Each module has render(reports, opts) -> str.
 FORMATS = {
@@ -32,8 +38,14 @@ Renderer = Callable[..., str]
 
 
 def renderer(name: str) -> Renderer:
-    """The render function of one format."""
-    return import_module(f"{__name__}.{FORMATS[name]}").render
+    """The render function of one format, over sanitized reports, its output checked once more."""
+    render = import_module(f"{__name__}.{FORMATS[name]}").render
+
+    def safe_render(reports: list[Report], opts: dict | None = None) -> str:
+        text = clean_output(render([sanitized(r) for r in reports], opts))
+        return text if name == "github" else no_commands(text)
+
+    return safe_render
 
 
 def scan_writer(name: str) -> Callable[..., None]:
