@@ -23,7 +23,7 @@ from .redact import Redactor
 from .report import FORMATS, renderer
 from .rules import RuleError, builtin_rules, load_rules
 from .scan.command import scan_cmd
-from .sanitize import OutputFilter
+from .sanitize import OutputFilter, clean
 
 FAIL_ON = ("error", "warning", "info", "never")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -322,10 +322,10 @@ def _run() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        click.echo(f"vllm-doctor: error: {exc.format_message()}", err=True)
+        click.echo(f"vllm-doctor: error: {clean(exc.format_message())}", err=True)
         sys.exit(2)
     except DoctorError as exc:
-        click.echo(f"vllm-doctor: error: {exc}", err=True)
+        click.echo(f"vllm-doctor: error: {clean(str(exc))}", err=True)
         sys.exit(2)
     except click.Abort:
         click.echo("vllm-doctor: aborted", err=True)
@@ -337,6 +337,6 @@ def _run() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001 - an internal error must never exit 0, and says how to report it
-        click.echo(f"vllm-doctor: internal error: {type(exc).__name__}: {exc} "
+        click.echo(f"vllm-doctor: internal error: {type(exc).__name__}: {clean(str(exc))} "
                    "(please report it with the log that caused it)", err=True)
         sys.exit(2)
