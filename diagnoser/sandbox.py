@@ -238,8 +238,9 @@ def check_template(ast: nodes.Template) -> str | None:
     for flt in ast.find_all(nodes.Filter):
         if flt.name not in FILTERS:
             return f"|{flt.name}: not a filter rules may use; allowed: {', '.join(sorted(FILTERS))}"
+    accessed = {id(node.node) for node in members}
     for name in ast.find_all(nodes.Name):
-        if name.name in NAMESPACES and not _is_member_access(ast, name):
+        if name.name in NAMESPACES and id(name) not in accessed:
             return f"{name.name} is a namespace: use {name.name}.NAME(...), not {name.name} itself"
     return None
 
@@ -262,11 +263,6 @@ def _dotted(node: nodes.Node) -> str:
     if isinstance(node, nodes.Getitem):
         return f"{_dotted(node.node)}[...]"
     return "..."
-
-
-def _is_member_access(ast: nodes.Template, name: nodes.Name) -> bool:
-    """The Name node is the object of a Getattr/Getitem (`fn.x`), not used bare (`fn`, `fn|attr(..)`)."""
-    return any(parent.node is name for parent in ast.find_all((nodes.Getattr, nodes.Getitem)))
 
 
 def parse_checked(env: RuleSandbox, source: str, expression: bool) -> nodes.Template:
