@@ -258,9 +258,48 @@ def _compile(source: Any, path: str, key: str, trusted: bool = False) -> Any:
     return compiled if trusted else TimedPattern(compiled, path, key)
 
 
+#: The YAML type each top-level key must have (checked before anything reads them).
+RULE_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "title": (str,), "severity": (str,), "stage": (str, list), "fine_stage": (str,), "match": (list,),
+    "extract": (list,), "facts": (dict,), "derive": (dict,), "when": (str,), "aggregate": (dict,), "advice": (str,),
+    "fixes": (list,), "explanation": (str,), "references": (list,), "cases": (dict,), "fallback": (bool,),
+    "catalog": (list,), "overrides": (list,), "keep_when": (str,),
+}
+PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "phrase": (str,), "regex": (str,), "threshold": (int, float), "keywords": (list,), "generic": (bool,),
+    "stages": (list,), "catalog": (list,), "when": (str,),
+}
+FIX_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "flag": (str,), "value": (str, int, float, bool), "reason": (str,), "when": (str,), "env": (str,),
+}
+_TYPE_NAMES = {str: "a string", list: "a list", dict: "a mapping", bool: "true or false", int: "a number",
+               float: "a number"}
+
+
+def _check_types(item: dict[str, Any], types: dict[str, tuple[type, ...]], path: str, prefix: str) -> None:
+    """Each present, non-null key has its YAML type: `threshold: abc` or `keywords: 5` is named, not crashed on."""
+    for key, kinds in types.items():
+        value = item.get(key)
+        if value is None:
+            continue
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if not ok:
+            want = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
+            raise RuleError(path, f"{prefix}{key}", f"must be {want}, not {type(value).__name__} {value!r:.40}")
+        if isinstance(value, list) and key in ("keywords", "stages", "references", "catalog", "overrides"):
+            bad = next((v for v in value if not isinstance(v, str) and not (key == "stages" and v is None)), "")
+            if bad != "":
+                raise RuleError(path, f"{prefix}{key}", f"must be a list of strings, not holding {bad!r:.40}")
+        if isinstance(value, dict) and key in ("facts", "derive", "aggregate"):
+            bad = next((k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str)), None)
+            if bad is not None:
+                raise RuleError(path, f"{prefix}{key}.{bad}", "must map a fact name to a string")
+
+
 def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
     """Validate one rule document and build the Rule (`trusted`: a built-in rule, its regexes not timed)."""
     _check_mapping(data, RULE_KEYS, path, "(top)", "a rule file holds one mapping (id, title, severity, match, ...)")
+    _check_types(data, RULE_KEY_TYPES, path, "")
     rid = _require(data, "id", str, path)
     if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", rid):
         raise RuleError(path, "id", f"{rid!r} is not kebab-case")
@@ -280,6 +319,11 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
     for i, item in enumerate(_require(data, "match", list, path)):
         key = f"match[{i}]"
         _check_mapping(item, PATTERN_KEYS, path, key, "each match entry is a mapping with phrase: or regex:")
+        _check_types(item, PATTERN_KEY_TYPES, path, f"{key}.")
+        threshold = item.get("threshold")
+        threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+        if not 0 <= threshold <= 100:
+            raise RuleError(path, f"{key}.threshold", "a score from 0 to 100")
         phrase, rx = item.get("phrase"), item.get("regex")
         if bool(phrase) == bool(rx):
             raise RuleError(path, key, "give exactly one of phrase: or regex:")
@@ -297,7 +341,7 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
         if when:
             _expr_names(env, when, path, f"{key}.when")
         patterns.append(Pattern(
-            phrase=phrase, regex=compiled, threshold=float(item.get("threshold", DEFAULT_THRESHOLD)),
+            phrase=phrase, regex=compiled, threshold=threshold,
             keywords=[str(k) for k in keywords], generic=bool(item.get("generic")), stages=stages,
             when=when, catalog=list(item.get("catalog") or []),
         ))
@@ -361,6 +405,7 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
     for i, item in enumerate(data.get("fixes") or []):
         key = f"fixes[{i}]"
         _check_mapping(item, FIX_KEYS, path, key, "each fix is a mapping: flag, value, reason[, when]")
+        _check_types(item, FIX_KEY_TYPES, path, f"{key}.")
         fix = Fix(flag=item.get("flag"), value=str(item.get("value", "")), reason=str(item.get("reason", "")),
                   when=item.get("when"), env=item.get("env"))
         if not fix.flag and not fix.env:
@@ -375,6 +420,9 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
     if not isinstance(cases, dict) or not cases.get("match"):
         raise RuleError(path, "cases", "every rule needs cases.match (lines it must match) and cases.near_miss")
     _check_mapping(cases, CASE_KEYS, path, "cases", "cases is a mapping: match, near_miss")
+    for part in ("match", "near_miss"):
+        if not isinstance(cases.get(part), list):
+            raise RuleError(path, f"cases.{part}", "must be a list")
     if not cases.get("near_miss"):
         raise RuleError(path, "cases.near_miss", "at least one near-miss line that must not match")
     for i, case in enumerate(cases["match"]):
