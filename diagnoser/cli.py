@@ -57,8 +57,8 @@ def _format_choices() -> list[str]:
     return ["auto", *FORMATS]
 
 
-def _open_inputs(files: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
-    """Files or stdin; an unreadable path is a usage error naming it."""
+def _open_inputs(files: tuple[str, ...], errors: list[str] | None = None) -> list[tuple[str, BinaryIO]]:
+    """Files or stdin; an unreadable path is a usage error naming it (collected in `errors` when given)."""
     if not files:
         stdin = click.get_binary_stream("stdin")
         if sys.stdin is not None and sys.stdin.isatty():
@@ -71,13 +71,25 @@ def _open_inputs(files: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
             out.append(("-", click.get_binary_stream("stdin")))
             continue
         path = Path(name)
-        if path.is_dir():
-            raise click.UsageError(f"{name}: is a directory; pass the log file inside it")
         try:
-            out.append((name, path.open("rb")))
-        except OSError as exc:
-            raise click.UsageError(f"{name}: cannot read ({exc.strerror or exc}); check the path") from None
+            if path.is_dir():
+                raise click.UsageError(f"{name}: is a directory; pass the log file inside it")
+            try:
+                out.append((name, path.open("rb")))
+            except OSError as exc:
+                raise click.UsageError(f"{name}: cannot read ({exc.strerror or exc}); check the path") from None
+        except click.UsageError as exc:
+            if errors is None:
+                raise
+            errors.append(exc.format_message())
     return out
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
 
 
 def pick_format(name: str) -> str:
@@ -142,8 +154,14 @@ def _say(hit: Any) -> None:
 
 def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rule_paths: tuple[str, ...],
                   no_redact: bool, color: bool | None, config_file: str | None, output: str | None,
-                  live: bool = False) -> int:
-    """Shared by `diagnose` and `check`: returns the exit code."""
+                  live: bool = False, gate: bool = False) -> int:
+    """Shared by `diagnose` and `check` (`gate`): returns the exit code.
+
+    An unreadable input does not hide the others: they are reported, then each bad one is named and the
+    exit code is 2. An input with no vLLM line at all is an error for `check` and a note for `diagnose`.
+    """
+    if output and any(f != "-" and _same_file(f, output) for f in files):
+        raise click.UsageError(f"-o {output}: is one of the inputs; write the report to another file")
     try:
         rules = load_rules(tuple(Path(p) for p in rule_paths)) if rule_paths else builtin_rules()
     except RuleError as exc:
@@ -156,12 +174,17 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
             stream.redact = None if no_redact else stream.redact
             stream.allow_commands = fmt == "github" and stream is sys.stdout
     reports = []
-    for name, stream in _open_inputs(files):
+    errors: list[str] = []
+    for name, stream in _open_inputs(files, errors):
         try:
             reports.append(diagnose(stream, name, rules, redact=not no_redact, on_hit=_announcer() if live else None))
+        except OSError as exc:
+            errors.append(f"{name}: cannot read ({exc.strerror or exc}); check the file")
         finally:
             if name != "-":
                 stream.close()
+    if errors and not reports:
+        raise click.UsageError("; ".join(errors))
     opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
     if color is not None:
         opts["color"] = color
@@ -175,7 +198,17 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
             raise click.UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
     else:
         click.echo(text, nl=False)
-    return exit_code(reports, fail_on, exit_zero)
+    for r in reports:
+        if not r.vllm_seen:
+            label = "stdin" if r.path == "-" else r.path
+            click.echo(f"vllm-doctor: {'error' if gate else 'note'}: no vLLM log found in {label}"
+                       + ("; check that the file is the server's log" if gate else ""), err=True)
+            if gate:
+                errors.append(f"no vLLM log found in {label}")
+    for message in errors:
+        if not message.startswith("no vLLM log"):
+            click.echo(f"vllm-doctor: error: {clean(message)}", err=True)
+    return 2 if errors else exit_code(reports, fail_on, exit_zero)
 
 
 @main.command("diagnose")
@@ -189,7 +222,7 @@ def diagnose_cmd(**kwargs: Any) -> None:
 @_diagnose_options
 def check_cmd(**kwargs: Any) -> None:
     """CI gate: like diagnose, meant for a log captured from a smoke-test start of vLLM."""
-    sys.exit(run_diagnosis(**kwargs))
+    sys.exit(run_diagnosis(**kwargs, gate=True))
 
 
 @main.command("rules")
