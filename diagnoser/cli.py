@@ -171,7 +171,8 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     fmt = pick_format(fmt)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, OutputFilter):
-            stream.redact = None if no_redact else stream.redact
+            # the report was redacted while reading (and counts what it removed): only stderr is filtered again
+            stream.redact = None if no_redact or stream is sys.stdout else stream.redact
             stream.allow_commands = fmt == "github" and stream is sys.stdout
     reports = []
     errors: list[str] = []

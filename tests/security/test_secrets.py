@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,12 @@ def test_no_secret_in_any_format(fmt, tmp_path, doctor):
     for name, (secret, _) in SHAPES.items():
         assert secret not in res.stdout, name
         assert secret not in res.stderr, name
+    if fmt in ("json", "sarif"):
+        json.loads(res.stdout)  # redaction never breaks the document (the counts stay numbers)
+    if fmt == "jsonl":
+        assert [json.loads(line) for line in res.stdout.splitlines()]
+    if fmt == "json":
+        assert all(isinstance(n, int) for n in json.loads(res.stdout)["redactions"]["by_kind"].values())
 
 
 def test_no_redact_keeps_them(tmp_path, doctor):
