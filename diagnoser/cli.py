@@ -22,8 +22,8 @@ from .plan import plan
 from .redact import Redactor
 from .report import FORMATS, renderer
 from .rules import RuleError, builtin_rules, load_rules
-from .scan.command import scan_cmd
 from .sanitize import OutputFilter, clean
+from .scan.command import scan_cmd
 
 FAIL_ON = ("error", "warning", "info", "never")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
