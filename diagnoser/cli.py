@@ -340,7 +340,8 @@ def run() -> None:
     command and no secret (unless --no-redact) reaches them, whatever a log, rule pack or launch file holds.
     """
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = (OutputFilter(saved[0], Redactor()), OutputFilter(saved[1], Redactor()))
+    sys.stdout, sys.stderr = (OutputFilter(saved[0], Redactor(output=True)),
+                              OutputFilter(saved[1], Redactor(output=True)))
     try:
         _run()
     finally:

@@ -155,9 +155,14 @@ def _plain(value: str) -> bool:
 
 
 class Redactor:
-    """Callable text filter that counts what it removed, by kind."""
+    """Callable text filter that counts what it removed, by kind.
 
-    def __init__(self) -> None:
+    `output=True` is for text the doctor itself wrote (JSON reports): a bare number under a quoted key
+    (`"api_key": 1`, a count by kind) is data, not a secret.
+    """
+
+    def __init__(self, output: bool = False) -> None:
+        self.output = output
         self.counts: Counter[str] = Counter()
         #: (hints, pattern, kind for a match) in order: keyed forms first so the kind follows the key.
         self._rules: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
@@ -268,6 +273,8 @@ class Redactor:
 
     def _keyed(self, m: re.Match[str]) -> str:
         value = m.group("val")
+        if self.output and m.groupdict().get("kq") == '"' and value.isdigit():
+            return m.group(0)
         if value.strip("'\"[]") == m.group("key").upper().replace("-", "_"):
             return m.group(0)  # argparse's metavar in a usage or help text: `[--api-key API_KEY]`
         key_kind = _key_kind(m.group("key"))
