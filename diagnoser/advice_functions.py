@@ -6,6 +6,7 @@ flag spellings, divisors, the closest real flag to a typo.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -28,12 +29,21 @@ def underscore(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
+#: Above this, divisors() answers [] (no model has that many heads; a hostile log must not hang it).
+MAX_DIVISOR_INPUT = 10**12
+
+
 def divisors(n: int) -> list[int]:
-    """All divisors of n, ascending."""
+    """All divisors of n, ascending, in O(sqrt n); [] for n <= 0 or n > MAX_DIVISOR_INPUT.
+
+    >>> divisors(12)
+    [1, 2, 3, 4, 6, 12]
+    """
     n = int(n)
-    if n <= 0:
+    if n <= 0 or n > MAX_DIVISOR_INPUT:
         return []
-    return [d for d in range(1, n + 1) if n % d == 0]
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 def divisors_near(n: int, target: int, count: int = 3) -> list[int]:

@@ -9,6 +9,7 @@ Each command imports what it needs when it runs: `--version` and `--help` load n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import textwrap
@@ -20,7 +21,9 @@ import click
 
 from . import __version__
 from .errors import DoctorError
+from .redact import Redactor
 from .report import FORMATS
+from .sanitize import OutputFilter, clean
 
 if TYPE_CHECKING:
     from .engine import Report
@@ -91,8 +94,8 @@ def _format_choices() -> list[str]:
     return ["auto", *FORMATS]
 
 
-def _open_inputs(files: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
-    """Files or stdin; an unreadable path is a usage error naming it."""
+def _open_inputs(files: tuple[str, ...], errors: list[str] | None = None) -> list[tuple[str, BinaryIO]]:
+    """Files or stdin; an unreadable path is a usage error naming it (collected in `errors` when given)."""
     if not files:
         stdin = click.get_binary_stream("stdin")
         if sys.stdin is not None and sys.stdin.isatty():
@@ -105,13 +108,25 @@ def _open_inputs(files: tuple[str, ...]) -> list[tuple[str, BinaryIO]]:
             out.append(("-", click.get_binary_stream("stdin")))
             continue
         path = Path(name)
-        if path.is_dir():
-            raise click.UsageError(f"{name}: is a directory; pass the log file inside it")
         try:
-            out.append((name, path.open("rb")))
-        except OSError as exc:
-            raise click.UsageError(f"{name}: cannot read ({exc.strerror or exc}); check the path") from None
+            if path.is_dir():
+                raise click.UsageError(f"{name}: is a directory; pass the log file inside it")
+            try:
+                out.append((name, path.open("rb")))
+            except OSError as exc:
+                raise click.UsageError(f"{name}: cannot read ({exc.strerror or exc}); check the path") from None
+        except click.UsageError as exc:
+            if errors is None:
+                raise
+            errors.append(exc.format_message())
     return out
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
 
 
 def pick_format(name: str) -> str:
@@ -197,24 +212,40 @@ def _say(hit: Any) -> None:
 
 def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rule_paths: tuple[str, ...],
                   no_redact: bool, color: bool | None, config_file: str | None, output: str | None,
-                  live: bool = False) -> int:
-    """Shared by `diagnose` and `check`: returns the exit code."""
+                  live: bool = False, gate: bool = False) -> int:
+    """Shared by `diagnose` and `check` (`gate`): returns the exit code.
+
+    An unreadable input does not hide the others: they are reported, then each bad one is named and the
+    exit code is 2. An input with no vLLM line at all is an error for `check` and a note for `diagnose`.
+    """
     from .rules import RuleError, load_rules
 
+    if output and any(f != "-" and _same_file(f, output) for f in files):
+        raise click.UsageError(f"-o {output}: is one of the inputs; write the report to another file")
     try:
         rules = load_rules(tuple(Path(p) for p in rule_paths)) if rule_paths else builtin_rules()
     except RuleError as exc:
         raise click.UsageError(str(exc)) from None
     if no_redact:
         click.echo("vllm-doctor: warning: --no-redact: secrets in the log will appear in the output", err=True)
+    fmt = pick_format(fmt)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, OutputFilter):
+            # the report was redacted while reading (and counts what it removed): only stderr is filtered again
+            stream.redact = None if no_redact or stream is sys.stdout else stream.redact
+            stream.allow_commands = fmt == "github" and stream is sys.stdout
     reports = []
-    for name, stream in _open_inputs(files):
+    errors: list[str] = []
+    for name, stream in _open_inputs(files, errors):
         try:
             reports.append(diagnose(stream, name, rules, redact=not no_redact, on_hit=_announcer() if live else None))
+        except OSError as exc:
+            errors.append(f"{name}: cannot read ({exc.strerror or exc}); check the file")
         finally:
             if name != "-":
                 stream.close()
-    fmt = pick_format(fmt)
+    if errors and not reports:
+        raise click.UsageError("; ".join(errors))
     opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
     if color is not None:
         opts["color"] = color
@@ -228,7 +259,17 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
             raise click.UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
     else:
         click.echo(text, nl=False)
-    return exit_code(reports, fail_on, exit_zero)
+    for r in reports:
+        if not r.vllm_seen:
+            label = "stdin" if r.path == "-" else r.path
+            click.echo(f"vllm-doctor: {'error' if gate else 'note'}: no vLLM log found in {label}"
+                       + ("; check that the file is the server's log" if gate else ""), err=True)
+            if gate:
+                errors.append(f"no vLLM log found in {label}")
+    for message in errors:
+        if not message.startswith("no vLLM log"):
+            click.echo(f"vllm-doctor: error: {clean(message)}", err=True)
+    return 2 if errors else exit_code(reports, fail_on, exit_zero)
 
 
 @main.command("diagnose")
@@ -242,7 +283,7 @@ def diagnose_cmd(**kwargs: Any) -> None:
 @_diagnose_options
 def check_cmd(**kwargs: Any) -> None:
     """CI gate: like diagnose, meant for a log captured from a smoke-test start of vLLM."""
-    sys.exit(run_diagnosis(**kwargs))
+    sys.exit(run_diagnosis(**kwargs, gate=True))
 
 
 def _rules_with(rule_paths: tuple[str, ...]) -> list[Rule]:
@@ -391,16 +432,33 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
 
 
 def run() -> None:
-    """Entry point with the one-line error contract: usage errors exit 2, crashes exit 2, never 0."""
+    """Entry point with the one-line error contract: usage errors exit 2, crashes exit 2, never 0.
+
+    stdout and stderr go through sanitize.OutputFilter for every command: no terminal escape, no workflow
+    command and no secret (unless --no-redact) reaches them, whatever a log, rule pack or launch file holds.
+    """
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (OutputFilter(saved[0], Redactor(output=True)),
+                              OutputFilter(saved[1], Redactor(output=True)))
+    try:
+        _run()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def _run() -> None:
     try:
         main.main(standalone_mode=False, prog_name="vllm-doctor")
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        click.echo(f"vllm-doctor: error: {exc.format_message()}", err=True)
+        click.echo(f"vllm-doctor: error: {clean(exc.format_message())}", err=True)
         sys.exit(2)
     except DoctorError as exc:
-        click.echo(f"vllm-doctor: error: {exc}", err=True)
+        click.echo(f"vllm-doctor: error: {clean(str(exc))}", err=True)
         sys.exit(2)
     except click.Abort:
         click.echo("vllm-doctor: aborted", err=True)
@@ -412,6 +470,6 @@ def run() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001 - an internal error must never exit 0, and says how to report it
-        click.echo(f"vllm-doctor: internal error: {type(exc).__name__}: {exc} "
+        click.echo(f"vllm-doctor: internal error: {type(exc).__name__}: {clean(str(exc))} "
                    "(please report it with the log that caused it)", err=True)
         sys.exit(2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -25,6 +26,8 @@ class Report:
     context: Context
     findings: list[Finding]
     redactions: dict[str, int] = field(default_factory=dict)
+    #: the input showed a sign of vLLM (a header, the name, a setting, a finding): else it is not a vLLM log
+    vllm_seen: bool = True
 
     def counts(self) -> dict[str, int]:
         out = {"error": 0, "warning": 0, "info": 0}
@@ -40,6 +43,29 @@ class Report:
 
 
 _PREFILTERS: dict[int, tuple[object, Prefilter]] = {}
+
+
+#: Bytes that only a vLLM log (or a report about one) holds: the name, or vLLM's `LEVEL MM-DD HH:MM:SS` header.
+_VLLM_SIGN = re.compile(rb"vllm|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d", re.IGNORECASE)
+
+
+class _Sniffer:
+    """A pass-through of the input stream that notes whether any vLLM sign went by (until one does)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._read = getattr(stream, "read1", stream.read)
+        self.found = False
+        self._tail = b""
+
+    def read1(self, n: int = -1) -> bytes:
+        chunk = self._read(n)
+        if not self.found and chunk:
+            self.found = _VLLM_SIGN.search(self._tail + chunk) is not None
+            self._tail = chunk[-32:]
+        return chunk
+
+    read = read1
 
 
 def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
@@ -70,7 +96,8 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     tracker = Tracker()
     matcher = Matcher(rules, tracker.context)
     seen = 0
-    for line in read_lines(stream, prefilter_for(rules), redactor, stats):
+    sniffer = _Sniffer(stream)
+    for line in read_lines(sniffer, prefilter_for(rules), redactor, stats):  # type: ignore[arg-type]
         matcher.feed(line, tracker.observe(line))
         if on_hit is not None and len(matcher.hits) > seen:
             for hit in matcher.hits[seen:]:
@@ -83,7 +110,8 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
             on_hit(hit)
     findings = Advisor().findings(hits, tracker.context, matcher.folds)
     return Report(path=path, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
-                  findings=findings, redactions=dict(redactor.counts) if redactor else {})
+                  findings=findings, redactions=dict(redactor.counts) if redactor else {},
+                  vllm_seen=bool(sniffer.found or findings or tracker.context.as_dict()))
 
 
 def diagnose_text(text: str, rules: list[Rule] | tuple[Rule, ...] | None = None, redact: bool = True) -> Report:

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from . import safeyaml
 from .flags import by_prefix, lookup
 
 PIN_KEYS = ("gpu", "gpu-memory", "model", "vllm-version")
@@ -657,7 +658,7 @@ def _merge_config(out: list[str], config: str, base: Path | None, notes: list[st
                      f"--from-file {config})")
         return out
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safeyaml.load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise LaunchFileError(f"--config {config}: not a readable YAML config ({exc})") from None
     if not isinstance(data, dict):
@@ -743,7 +744,7 @@ def _construct(node: yaml.Node) -> Any:
 
 def from_yaml(text: str, base: Path | None) -> list[Launch]:
     try:
-        docs = [d for d in yaml.compose_all(text, Loader=yaml.SafeLoader) if d is not None]
+        docs = [d for d in safeyaml.compose_all(text) if d is not None]
     except yaml.YAMLError as exc:
         if "vllm" not in text.lower():
             return []
@@ -790,7 +791,7 @@ def _walk(node: yaml.Node, k8s: bool, base: Path | None, out: list[Launch], key:
     elif isinstance(node, yaml.ScalarNode) and isinstance(node.value, str) and "vllm" in node.value:
         if key.endswith((".yaml", ".yml")):      # a ConfigMap holding a vLLM config
             try:
-                data = yaml.safe_load(node.value)
+                data = safeyaml.load(node.value)
             except yaml.YAMLError:
                 data = None
             if is_vllm_config(data):

@@ -19,10 +19,10 @@ from typing import Any
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
-from . import advice_functions, memory
+from . import memory
 from .keywords import KeywordIndex
 from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
-from .rules import Pattern, Rule, template_env
+from .rules import Pattern, Rule, like
 from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
@@ -77,12 +77,16 @@ class Evaluator:
     """Compiled jinja2 expressions (when:, derive:), evaluated leniently: a missing fact means no value."""
 
     def __init__(self) -> None:
-        self.env = template_env()
+        self.env: Any = None   # the sandbox (and jinja2) load on the first expression a log needs
         self._cache = _EXPRESSIONS
 
     def value(self, source: str, names: dict[str, Any]) -> Any:
         expr = self._cache.get(source)
         if expr is None:
+            if self.env is None:
+                from .sandbox import template_env
+
+                self.env = template_env()
             expr = self._cache[source] = self.env.compile_expression(source, undefined_to_none=False)
         try:
             result = expr(**names)
@@ -99,8 +103,10 @@ class Evaluator:
 
 
 def template_names(facts: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
-    """What templates and expressions see: facts by name, plus ctx and the arithmetic module."""
-    return {**facts, "facts": facts, "ctx": ctx, "mem": memory, "fn": advice_functions}
+    """What templates and expressions see: facts by name, plus ctx and the sandbox's `mem` and `fn` namespaces."""
+    from .sandbox import FN, MEM
+
+    return {**facts, "facts": facts, "ctx": ctx, "mem": MEM, "fn": FN}
 
 
 def derive_facts(rule: Rule, facts: dict[str, Any], ctx: dict[str, Any], ev: Evaluator,
@@ -462,17 +468,18 @@ def _search(pattern: Any, texts: tuple[str, ...] | list[str], default: Any) -> A
     return default
 
 
-_TOLERANT: dict[str, Any] = {}
+_TOLERANT: dict[tuple[str, type], Any] = {}
 
 
 def _tolerant_of(pattern: Any) -> Any:
     """A match regex that also allows whitespace inserted by a wrap (compiled once per pattern)."""
-    found = _TOLERANT.get(pattern.pattern)
+    key = (pattern.pattern, type(pattern))
+    found = _TOLERANT.get(key)
     if found is None:
         import regex
 
-        found = _TOLERANT[pattern.pattern] = regex.compile(
-            f"(?:{pattern.pattern}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0 | (pattern.flags & regex.IGNORECASE))
+        found = _TOLERANT[key] = like(pattern, regex.compile(
+            f"(?:{pattern.pattern}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0 | (pattern.flags & regex.IGNORECASE)))
     return found
 
 

@@ -221,6 +221,58 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
     )
 
 
+#: config.json numbers the arithmetic uses: (smallest, largest) accepted. A hostile or broken config
+#: (`num_attention_heads: 0`, `1e308`, `Infinity`, `"32"`) is refused by name, not divided by or looped over.
+CONFIG_BOUNDS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), (1, 10_000)),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads",
+                     "multi_query_group_num"), (1, 100_000)),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "head_dim", "kv_lora_rank", "q_lora_rank",
+                     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), (1, 10_000_000)),
+    **dict.fromkeys(("intermediate_size", "ffn_hidden_size", "n_inner", "moe_intermediate_size",
+                     "shared_expert_intermediate_size"), (0, 100_000_000)),
+    **dict.fromkeys(("vocab_size", "padded_vocab_size"), (1, 100_000_000)),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "seq_length"), (1, 1_000_000_000)),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+                     "experts_per_token", "moe_topk", "n_shared_experts", "num_shared_experts",
+                     "first_k_dense_replace"), (0, 100_000)),
+    **dict.fromkeys(("moe_layer_freq", "decoder_sparse_step", "sliding_window_pattern"), (1, 10_000)),
+    "sliding_window": (0, 1_000_000_000),
+}
+MAX_CONFIG_BYTES = 16 << 20
+
+
+def read_config(path: Path, ref: str) -> dict[str, Any]:
+    """A config.json as a dict, its numbers checked against CONFIG_BOUNDS; SpecError names file and key."""
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise SpecError(f"{ref}: the file is over {MAX_CONFIG_BYTES >> 20} MiB; not a Hugging Face config.json")
+
+    def no_constant(name: str) -> Any:
+        raise SpecError(f"{ref}: {name} is not a number a config.json may hold; write the value out")
+
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"), parse_constant=no_constant)
+    except RecursionError:
+        raise SpecError(f"{ref}: the JSON nests too deeply; not a Hugging Face config.json") from None
+    if not isinstance(config, dict):
+        raise SpecError(f"{ref}: not a Hugging Face config.json (the top level is not an object)")
+    sections = [("", config)] + [(f"{k}.", config[k]) for k in ("text_config", "llm_config", "language_config")
+                                 if isinstance(config.get(k), dict)]
+    for prefix, section in sections:
+        for key, (low, high) in CONFIG_BOUNDS.items():
+            value = section.get(key)
+            if value is None:
+                continue
+            number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+            if number is None or isinstance(number, float) and not number.is_integer() or not low <= number <= high:
+                raise SpecError(f"{ref}: {prefix}{key}: {json.dumps(value)[:40]} is not a whole number from "
+                                f"{low:,} to {high:,}; fix the config")
+        layer_types = section.get("layer_types")
+        if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) > 10_000):
+            raise SpecError(f"{ref}: {prefix}layer_types: must be a list of at most 10,000 layer kinds")
+    return config
+
+
 def load_model(ref: str) -> ModelSpec:
     """Resolve --model: a config.json path, a folder holding one, a bundled repo id or short name."""
     path = Path(ref).expanduser()
@@ -228,9 +280,9 @@ def load_model(ref: str) -> ModelSpec:
         path = path / "config.json"
     if path.is_file():
         try:
-            config = json.loads(path.read_text(encoding="utf-8"))
+            config = read_config(path, ref)
             arch = arch_from_config(config, path.parent.name if path.name == "config.json" else path.stem)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, OverflowError, ZeroDivisionError) as exc:
             raise SpecError(f"{ref}: not a readable Hugging Face config.json ({exc})") from None
         return ModelSpec(arch, f"config.json at {path}", [f"architecture read from {path}"])
     if path.is_dir():

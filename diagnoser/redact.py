@@ -10,7 +10,13 @@ removed without saying what they were. What is caught:
   env dumps (`HF_TOKEN=...`, `'VLLM_API_KEY': '...'`, `export AWS_SECRET_ACCESS_KEY=...`);
 - command-line flags (`--api-key VALUE`, `--hf-token=VALUE`);
 - `Authorization: Bearer ...` (and Basic) headers, and a lone `Bearer <token>`;
-- the password in a URL (`scheme://user:pass@host`).
+- the password in a URL (`scheme://user:pass@host`, also one holding `/` or `@`);
+- JWTs (`eyJ...` three-part tokens), Slack (`xoxb-...`), Google (`AIza...`) and NVIDIA (`nvapi-...`) keys;
+- `Cookie:` / `Set-Cookie:` values;
+- the value of a flag that looks like a secret flag even when misspelled (`--api-kye`, `--hf-tokn`,
+  `--pasword`): a known vLLM flag is never taken for one;
+- a high-entropy value right after the words token, secret, key or password;
+- the rest of a token that a hard wrap cut onto the next line.
 
 Values that are not secrets stay: `None`, `True`/`False`, empty strings and lists, shell references
 (`$HF_TOKEN`), and markers already placed. Ordinary vLLM lines (`max_tokens=16`, `tokenizer=...`,
@@ -23,9 +29,12 @@ substring tests; only lines that hold a hint run the patterns whose hint they ho
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Callable
+
+from rapidfuzz.distance import OSA
 
 MARK = "«redacted:{kind}»"
 MARK_START = "«redacted:"
@@ -45,11 +54,15 @@ KEYED = re.compile(
     r"(?<![\w$-])(?P<kq>['\"]?)(?P<key>" + _KEY_CORE + r")(?P=kq)(?P<sep>\s*[:=]\s*)"
     r"(?P<val>\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;)}\]'\"]+)"
 )
-#: `--api-key VALUE`, `--api-key=VALUE`, `--hf-token 'VALUE'`.
+#: `--api-key VALUE`, `--api-key=VALUE`, `--hf-token 'VALUE'`; any flag name: secret_flag() decides.
 FLAG = re.compile(
-    r"(?<![\w-])--(?P<key>api[-_]key|hf[-_]token|token|password|secret|access[-_]token)(?:=|\s+)"
+    r"(?<![\w-])--(?P<key>[A-Za-z][\w-]{1,40})(?:=|\s+)"
     r"(?P<val>'[^']*'|\"[^\"]*\"|[^\s'\"]+)"
 )
+#: The words secret flags are made of, and the spellings that are exact (never a typo of something else).
+SECRET_WORDS = ("token", "password", "passwd", "secret", "apikey", "hftoken", "credential", "credentials")
+EXACT_SECRET_FLAGS = {"api-key", "hf-token", "token", "password", "secret", "access-token", "key", "api-token",
+                      "auth-token", "secret-key", "access-key", "passwd", "pwd"}
 #: `Authorization: Bearer X`, `'Authorization': 'Basic X'`, `authorization=X`.
 AUTH_HEADER = re.compile(
     r"(?i)(?<![\w-])(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?P<scheme>(?:bearer|basic|token)\s+)?"
@@ -59,8 +72,30 @@ AUTH_HEADER = re.compile(
 BEARER = re.compile(r"(?i)(?<![\w-])bearer\s+(?P<val>(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,})")
 #: `x-api-key: X` and `api-key: X` headers.
 HEADER_KEY = re.compile(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*:\s*['\"]?(?P<val>[^\s'\",;)}\]]+)")
-#: The password of `scheme://user:password@host` (user may be empty: `redis://:pw@host`).
-URL_PASSWORD = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"«»]*:(?P<val>[^\s@/'\"«»]+)@")
+#: The password of `scheme://user:password@host` (user may be empty: `redis://:pw@host`); the password
+#: runs to the last `@` before the host, so one holding `/` or `@` is taken whole.
+URL_PASSWORD = re.compile(
+    r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"«»]*:(?P<val>[^\s'\"«»]+)@(?=[^\s@/'\"«»]+(?:[/?#:\s'\",;)\]]|$))"
+)
+#: JSON Web Tokens: base64url header `eyJ`, payload and (possibly empty) signature.
+JWT = re.compile(r"(?<![\w-])(?P<val>eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)")
+SLACK_TOKEN = re.compile(r"(?<![\w-])(?P<val>xox[abposr]-[A-Za-z0-9-]{10,})")
+GOOGLE_KEY = re.compile(r"(?<![\w-])(?P<val>AIza[0-9A-Za-z_-]{35})")
+NVIDIA_KEY = re.compile(r"(?<![\w-])(?P<val>nvapi-[A-Za-z0-9_-]{20,})")
+#: `Cookie: a=1; b=2` and `Set-Cookie: session=...; Path=/`: the values (attributes stay).
+COOKIE = re.compile(r"(?i)(?<![\w-])(?:set-)?cookie['\"]?\s*[:=]\s*['\"]?(?P<val>[^\r\n'\"]+)")
+_COOKIE_PAIR = re.compile(r"(?P<name>[^=;,\s]+)=(?P<val>[^;,\s]*)")
+_COOKIE_ATTRS = {"path", "domain", "expires", "max-age", "samesite", "secure", "httponly", "priority", "version"}
+#: A value after the words token / secret / key / password: redacted when it looks random (entropy).
+ENTROPY = re.compile(
+    r"(?i)(?<![\w-])(?:token|secret|key|password|passwd|apikey)s?\b['\"]?(?:\s+is)?\s*[:=]?\s*['\"]?"
+    r"(?P<val>[A-Za-z0-9+/_.~=-]{16,})"
+)
+#: A token-shaped fragment at the end of a line, and the start of the next: a hard wrap cut a secret.
+_PARTIAL_AT_END = re.compile(
+    r"(?<![\w-])(?P<val>(?:hf_|api_org_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AIza|nvapi-|eyJ)[A-Za-z0-9_.-]*)$"
+)
+_CONTINUATION = re.compile(r"^(?P<val>[A-Za-z0-9_.+/=-]+)(?=[\s'\",;)\]}]|$)")
 #: Token shapes that need no key around them.
 HF_TOKEN = re.compile(r"(?<![A-Za-z0-9_])(?P<val>(?:hf|api_org)_[A-Za-z0-9]{20,})\b")
 OPENAI_KEY = re.compile(
@@ -80,6 +115,21 @@ def _value_kind(value: str) -> str | None:
     if value.startswith("sk-"):
         return "api_key"
     return None
+
+
+def _random_looking(piece: str) -> bool:
+    """A piece of a token rather than a word: it holds a digit, or mixes upper and lower case."""
+    return bool(re.search(r"\d", piece)) or (piece.lower() != piece and piece.upper() != piece)
+
+
+def _partial_kind(value: str) -> str:
+    """The kind of a token's first piece, from its issuer's prefix."""
+    for prefix, kind in (("hf_", "hf_token"), ("api_org_", "hf_token"), ("sk-", "api_key"), ("gh", "github_token"),
+                         ("xox", "slack_token"), ("AIza", "google_api_key"), ("nvapi-", "nvidia_api_key"),
+                         ("eyJ", "jwt")):
+        if value.startswith(prefix):
+            return kind
+    return "token"
 
 
 def _key_kind(key: str) -> str:
@@ -105,15 +155,21 @@ def _plain(value: str) -> bool:
 
 
 class Redactor:
-    """Callable text filter that counts what it removed, by kind."""
+    """Callable text filter that counts what it removed, by kind.
 
-    def __init__(self) -> None:
+    `output=True` is for text the doctor itself wrote (JSON reports): a bare number under a quoted key
+    (`"api_key": 1`, a count by kind) is data, not a secret.
+    """
+
+    def __init__(self, output: bool = False) -> None:
+        self.output = output
         self.counts: Counter[str] = Counter()
         #: (hints, pattern, kind for a match) in order: keyed forms first so the kind follows the key.
         self._rules: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
             (("://",), URL_PASSWORD, self._fixed("url_password")),
+            (("cookie",), COOKIE, self._cookie),
             (("authoriz",), AUTH_HEADER, self._auth),
-            (_FLAG_HINTS, FLAG, self._keyed),
+            (_FLAG_HINTS, FLAG, self._flag),
             (_KEYED_HINTS, KEYED, self._keyed),
             (("api-key",), HEADER_KEY, self._fixed("api_key")),
             (("bearer",), BEARER, self._fixed("bearer_token")),
@@ -121,16 +177,50 @@ class Redactor:
             (("sk-",), OPENAI_KEY, self._fixed("api_key")),
             (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), GITHUB_TOKEN, self._fixed("github_token")),
             (("akia", "asia"), AWS_KEY_ID, self._fixed("aws_access_key_id")),
+            (("eyj",), JWT, self._fixed("jwt")),
+            (("xox",), SLACK_TOKEN, self._fixed("slack_token")),
+            (("aiza",), GOOGLE_KEY, self._fixed("google_api_key")),
+            (("nvapi-",), NVIDIA_KEY, self._fixed("nvidia_api_key")),
+            (("token", "secret", "key", "passw"), ENTROPY, self._entropy),
         )
+        #: the kind of a secret the previous line ended in (a hard wrap may have cut it)
+        self._carry: str | None = None
 
     def __call__(self, text: str) -> str:
+        carry, self._carry = self._carry, None
+        if carry is not None:
+            text = _CONTINUATION.sub(lambda m: self._continuation(m, carry), text, count=1)
         low = text.lower()
         if not maybe_secret(low):
             return text
         for hints, pattern, handler in self._rules:
             if any(h in low for h in hints):
                 text = pattern.sub(handler, text)
+        if text.endswith("»") or any(h in low[-60:] for h in _PARTIAL_HINTS):
+            text = self._carry_from(text)
         return text
+
+    def _carry_from(self, text: str) -> str:
+        """Note a line that ends inside a secret, so the next line's first word is taken as its rest."""
+        m = _ENDS_IN_MARK.search(text)
+        if m:
+            self._carry = m.group("kind")
+            return text
+        m = _PARTIAL_AT_END.search(text)
+        if m and len(m.group("val")) >= 6 and _random_looking(m.group("val")[3:]):
+            kind = self._carry = _value_kind(m.group("val")) or _partial_kind(m.group("val"))
+            self.counts[kind] += 1
+            return text[: m.start("val")] + MARK.format(kind=kind)
+        return text
+
+    def _continuation(self, m: re.Match[str], kind: str) -> str:
+        piece = m.group("val")
+        # a cut token goes on with random-looking text; a new log line starts with a header or a word
+        if not _random_looking(piece):
+            return piece
+        if _HEADER_WORD.match(piece):
+            return piece
+        return MARK.format(kind=kind)  # the rest of a secret already counted
 
     # -- handlers: each returns the match with its `val` group replaced (or unchanged) --
 
@@ -147,6 +237,33 @@ class Redactor:
         whole = m.group(0)
         return whole[: start - base] + MARK.format(kind=kind) + whole[end - base:]
 
+    def _flag(self, m: re.Match[str]) -> str:
+        key = m.group("key")
+        if not secret_flag(key):
+            return m.group(0)
+        value = m.group("val").strip("'\"")
+        if key.lower() not in EXACT_SECRET_FLAGS and re.fullmatch(r"[\d.]{1,9}", value):
+            return m.group(0)  # `--max-num-batched-tokns 8192`: a number to a misspelled setting, not a secret
+        return self._keyed(m)
+
+    def _cookie(self, m: re.Match[str]) -> str:
+        def pair(q: re.Match[str]) -> str:
+            if q.group("name").lower() in _COOKIE_ATTRS or _plain(q.group("val")):
+                return q.group(0)
+            self.counts["cookie"] += 1
+            return f"{q.group('name')}={MARK.format(kind='cookie')}"
+
+        start, end = m.span("val")
+        base = m.start()
+        whole = m.group(0)
+        return whole[: start - base] + _COOKIE_PAIR.sub(pair, m.group("val")) + whole[end - base:]
+
+    def _entropy(self, m: re.Match[str]) -> str:
+        value = m.group("val")
+        if MARK_START in value or not high_entropy(value):
+            return m.group(0)
+        return self._mark(m, "secret")
+
     def _fixed(self, kind: str) -> Callable[[re.Match[str]], str]:
         return lambda m: self._mark(m, kind)
 
@@ -156,6 +273,8 @@ class Redactor:
 
     def _keyed(self, m: re.Match[str]) -> str:
         value = m.group("val")
+        if self.output and m.groupdict().get("kq") == '"' and value.isdigit():
+            return m.group(0)
         if value.strip("'\"[]") == m.group("key").upper().replace("-", "_"):
             return m.group(0)  # argparse's metavar in a usage or help text: `[--api-key API_KEY]`
         key_kind = _key_kind(m.group("key"))
@@ -183,7 +302,10 @@ class Redactor:
 
 
 _QUOTED = re.compile(r"(['\"])(.*?)\1")
-_FLAG_HINTS = ("--api", "--hf", "--token", "--passw", "--secret", "--access")
+_ENDS_IN_MARK = re.compile(r"«redacted:(?P<kind>\w+)»$")
+_HEADER_WORD = re.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|Traceback|File)$")
+_PARTIAL_HINTS = ("hf_", "api_org_", "sk-", "gh", "github_pat_", "xox", "aiza", "nvapi-", "eyj")
+_FLAG_HINTS = ("--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--access", "--key", "--auth", "--cred")
 #: Lower-case substrings a line must hold for KEYED to have a chance.
 _KEYED_HINTS = ("key", "secret", "passw", "passwd", "_token", "token'", 'token"', "token=", "token:", "token ")
 #: The cheap pre-check: a line holding none of these cannot match any pattern (every pattern's hints
@@ -191,8 +313,46 @@ _KEYED_HINTS = ("key", "secret", "passw", "passwd", "_token", "token'", 'token"'
 #: hint in the spellings a secret-named key takes.
 _TOKEN_HINTS = ("_token", "token'", 'token"', "token=", "token:", "token ")
 _FLAT_HINTS = ("key", "secret", "passw", "://", "authoriz", "bearer", "hf_", "api_org_", "sk-", "ghp_", "gho_",
-               "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia")
+               "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "eyj", "xox", "aiza", "nvapi-", "cookie",
+               "--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--cred", "--auth")
 HINTS = (*_FLAT_HINTS, *_TOKEN_HINTS)
+
+
+def secret_flag(name: str) -> bool:
+    """Whether a flag name (without `--`) looks like a secret flag, misspelled or not.
+
+    >>> [secret_flag(n) for n in ("api-key", "api-kye", "hf-tokn", "pasword", "max-num-batched-tokens", "seed")]
+    [True, True, True, True, False, False]
+    """
+    low = name.lower().strip("-")
+    if low in EXACT_SECRET_FLAGS:
+        return True
+    parts = [p for p in re.split(r"[-_]+", low) if p]
+    joined = "".join(parts)
+    words = [joined, *parts]
+    close = any(OSA.distance(w, s, score_cutoff=1) <= 1 for w in words if len(w) >= 4 for s in SECRET_WORDS)
+    keyish = any(p in ("key", "kye", "keys", "ky") for p in parts[1:]) or joined in ("key", "kye")
+    if not (close or keyish):
+        return False
+    from .flags import lookup  # a real vLLM flag (--max-num-batched-tokens) is never a secret
+
+    return lookup("--" + low) is None
+
+
+def high_entropy(value: str) -> bool:
+    """Random-looking: 16+ characters mixing classes, about 3.5+ bits of entropy per character.
+
+    >>> high_entropy("q8Zr2LmX9vTb4NcW7kPd"), high_entropy("meta-llama/Llama-3.1-8B"), high_entropy("a" * 20)
+    (True, False, False)
+    """
+    if len(value) < 16 or "/" in value.strip("/") and value.count("/") > 1:
+        return False
+    classes = sum(bool(re.search(p, value)) for p in (r"[a-z]", r"[A-Z]", r"\d"))
+    if classes < 2:
+        return False
+    counts = Counter(value)
+    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+    return entropy >= 3.5
 
 
 def maybe_secret(low: str) -> bool:

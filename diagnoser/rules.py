@@ -18,12 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from . import datafiles
+from . import datafiles, safeyaml
+from .errors import InputError, LimitError
+from .regexcheck import catastrophic
 from .stages import STAGES
 
 if TYPE_CHECKING:
     from jinja2 import nodes
-    from jinja2.sandbox import SandboxedEnvironment
+
+    from .sandbox import RuleSandbox
 
 SEVERITIES = ("error", "warning", "info")
 FACT_TYPES = ("int", "float", "str", "gib", "size", "bytes", "list")
@@ -58,7 +61,7 @@ DEFAULT_THRESHOLD = 85.0
 
 
 
-class RuleError(ValueError):
+class RuleError(InputError, ValueError):
     """A rule file is wrong: carries the file and the key so the one-line message says what to change."""
 
     def __init__(self, path: str, key: str, message: str) -> None:
@@ -93,8 +96,41 @@ class Extractor:
     def tolerant(self) -> regex.Pattern[str]:
         """Compiled on first use: most extractors never need the wrap-tolerant retry."""
         if self._tolerant is None:
-            self._tolerant = _tolerant(self.pattern.pattern)
+            self._tolerant = like(self.pattern, _tolerant(self.pattern.pattern))
         return self._tolerant
+
+
+#: Seconds one search of a rule pack's regex may take (the regex module stops it at about twice this).
+REGEX_TIMEOUT = 0.5
+
+
+class TimedPattern:
+    """A rule pack's compiled regex whose every search is bounded in time.
+
+    Built-in rules are reviewed and use plain compiled patterns (a timeout costs ~9 µs per search); a
+    `--rules` pattern that runs past REGEX_TIMEOUT on some line stops the run with a LimitError naming the
+    file and the key, rather than hanging a CI job.
+    """
+
+    __slots__ = ("_compiled", "path", "key")
+
+    def __init__(self, compiled: regex.Pattern[str], path: str, key: str) -> None:
+        self._compiled, self.path, self.key = compiled, path, key
+
+    def search(self, text: str, *args: Any) -> Any:
+        try:
+            return self._compiled.search(text, *args, timeout=REGEX_TIMEOUT)
+        except TimeoutError:
+            raise LimitError(f"{self.path}: {self.key}: the regex ran longer than {REGEX_TIMEOUT:g} s on one line "
+                             "(catastrophic backtracking?); simplify it") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled, name)
+
+
+def like(model: Any, compiled: regex.Pattern[str]) -> Any:
+    """`compiled` bounded in time when `model` is (the wrap-tolerant form of a rule pack's regex)."""
+    return TimedPattern(compiled, model.path, model.key) if isinstance(model, TimedPattern) else compiled
 
 
 @dataclass
@@ -145,38 +181,6 @@ class Rule:
         return names
 
 
-def template_env() -> SandboxedEnvironment:
-    """The one environment for advice templates and expressions: sandboxed, strict about names.
-
-    jinja2 is imported here, not at the top: a log where no rule fires never needs it.
-    """
-    from jinja2 import StrictUndefined, Undefined
-    from jinja2.sandbox import SandboxedEnvironment
-
-    env = SandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                               keep_trailing_newline=False)
-    env.filters["tokens"] = _tokens
-    env.filters["gib"] = _gib
-    env.tests["known"] = lambda v: not isinstance(v, Undefined) and v is not None
-    return env
-
-
-def _tokens(n: Any) -> str:
-    """35000 -> '35,000'; an unknown value prints as '?' rather than failing the advice."""
-    try:
-        return f"{int(n):,}"
-    except (TypeError, ValueError):
-        return "?"
-
-
-def _gib(x: Any) -> str:
-    """4.6213 -> '4.62'."""
-    try:
-        return f"{float(x):.2f}"
-    except (TypeError, ValueError):
-        return "?"
-
-
 def derive_keywords(phrase: str) -> list[str]:
     """Distinctive words of a phrase: what a line must contain before it is fuzzy-matched."""
     words = re.findall(r"[A-Za-z_][A-Za-z_'-]{4,}", phrase)
@@ -189,13 +193,15 @@ def _tolerant(source: str) -> regex.Pattern[str]:
     return regex.compile(f"(?:{source}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0)
 
 
-def _expr_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
-    from jinja2.exceptions import TemplateSyntaxError
+def _expr_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
+    from .sandbox import parse_checked
 
+    if not isinstance(source, str):
+        raise RuleError(path, key, f"must be an expression in a string, not {type(source).__name__}")
     try:
-        ast = env.parse("{{ (" + source + ") }}")
-    except TemplateSyntaxError as exc:
-        raise RuleError(path, key, f"not a valid expression: {exc.message}") from None
+        ast = parse_checked(env, source, expression=True)
+    except ValueError as exc:
+        raise RuleError(path, key, str(exc)) from None
     _check_helpers(env, ast, path, key)
     return _free_names(ast)
 
@@ -204,7 +210,7 @@ def _expr_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> 
 HELPER_MODULES = {"mem": "diagnoser.memory", "fn": "diagnoser.advice_functions"}
 
 
-def _check_helpers(env: SandboxedEnvironment, ast: nodes.Template, path: str, key: str) -> None:
+def _check_helpers(env: RuleSandbox, ast: nodes.Template, path: str, key: str) -> None:
     """Every mem.X / fn.X names a public function of its module, every filter and test exists: a typo is
     caught at load, not as a silently empty value on the one log that needs it."""
     from importlib import import_module
@@ -244,13 +250,15 @@ def _free_names(ast: nodes.Template) -> set[str]:
     return loads - stores
 
 
-def _template_names(env: SandboxedEnvironment, source: str, path: str, key: str) -> set[str]:
-    from jinja2.exceptions import TemplateSyntaxError
+def _template_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
+    from .sandbox import parse_checked
 
+    if not isinstance(source, str):
+        raise RuleError(path, key, f"must be a template string, not {type(source).__name__}")
     try:
-        ast = env.parse(source)
-    except TemplateSyntaxError as exc:
-        raise RuleError(path, key, f"template does not parse (line {exc.lineno}): {exc.message}") from None
+        ast = parse_checked(env, source, expression=False)
+    except ValueError as exc:
+        raise RuleError(path, key, str(exc)) from None
     _check_helpers(env, ast, path, key)
     return _free_names(ast)
 
@@ -282,16 +290,62 @@ def _check_mapping(item: Any, allowed: set[str], path: str, key: str, shape: str
     return item
 
 
-def _compile(source: str, path: str, key: str) -> regex.Pattern[str]:
+def _compile(source: Any, path: str, key: str, trusted: bool = False) -> Any:
+    if not isinstance(source, str):
+        raise RuleError(path, key, f"a regex is a string, not {type(source).__name__}")
     try:
-        return regex.compile(source, regex.V0)
-    except regex.error as exc:
+        compiled = regex.compile(source, regex.V0)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise RuleError(path, key, f"regex does not compile: {exc}") from None
+    problem = catastrophic(source)
+    if problem:
+        raise RuleError(path, key, f"{problem}: it can take exponential time on some lines; rewrite it "
+                                   "(e.g. (a+)+ as a+, (\\w+\\s?)+ as [\\w\\s]+)")
+    return compiled if trusted else TimedPattern(compiled, path, key)
 
 
-def parse_rule(data: Any, path: str) -> Rule:
-    """Validate one rule document and build the Rule."""
+#: The YAML type each top-level key must have (checked before anything reads them).
+RULE_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "title": (str,), "severity": (str,), "stage": (str, list), "fine_stage": (str,), "match": (list,),
+    "extract": (list,), "facts": (dict,), "derive": (dict,), "when": (str,), "aggregate": (dict,), "advice": (str,),
+    "fixes": (list,), "explanation": (str,), "references": (list,), "cases": (dict,), "fallback": (bool,),
+    "catalog": (list,), "overrides": (list,), "keep_when": (str,),
+}
+PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "phrase": (str,), "regex": (str,), "threshold": (int, float), "keywords": (list,), "generic": (bool,),
+    "stages": (list,), "catalog": (list,), "when": (str,),
+}
+FIX_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "flag": (str,), "value": (str, int, float, bool), "reason": (str,), "when": (str,), "env": (str,),
+}
+_TYPE_NAMES = {str: "a string", list: "a list", dict: "a mapping", bool: "true or false", int: "a number",
+               float: "a number"}
+
+
+def _check_types(item: dict[str, Any], types: dict[str, tuple[type, ...]], path: str, prefix: str) -> None:
+    """Each present, non-null key has its YAML type: `threshold: abc` or `keywords: 5` is named, not crashed on."""
+    for key, kinds in types.items():
+        value = item.get(key)
+        if value is None:
+            continue
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if not ok:
+            want = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
+            raise RuleError(path, f"{prefix}{key}", f"must be {want}, not {type(value).__name__} {value!r:.40}")
+        if isinstance(value, list) and key in ("keywords", "stages", "references", "catalog", "overrides"):
+            bad = next((v for v in value if not isinstance(v, str) and not (key == "stages" and v is None)), "")
+            if bad != "":
+                raise RuleError(path, f"{prefix}{key}", f"must be a list of strings, not holding {bad!r:.40}")
+        if isinstance(value, dict) and key in ("facts", "derive", "aggregate"):
+            bad = next((k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str)), None)
+            if bad is not None:
+                raise RuleError(path, f"{prefix}{key}.{bad}", "must map a fact name to a string")
+
+
+def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
+    """Validate one rule document and build the Rule (`trusted`: a built-in rule, its regexes not timed)."""
     _check_mapping(data, RULE_KEYS, path, "(top)", "a rule file holds one mapping (id, title, severity, match, ...)")
+    _check_types(data, RULE_KEY_TYPES, path, "")
     rid = _require(data, "id", str, path)
     if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", rid):
         raise RuleError(path, "id", f"{rid!r} is not kebab-case")
@@ -305,16 +359,23 @@ def parse_rule(data: Any, path: str) -> Rule:
     for s in stage_list:
         if s not in STAGES:
             raise RuleError(path, "stage", f"{s!r}; one of {', '.join(STAGES)} (or omit: taken from the log)")
+    from .sandbox import template_env
+
     env = template_env()
 
     patterns: list[Pattern] = []
     for i, item in enumerate(_require(data, "match", list, path)):
         key = f"match[{i}]"
         _check_mapping(item, PATTERN_KEYS, path, key, "each match entry is a mapping with phrase: or regex:")
+        _check_types(item, PATTERN_KEY_TYPES, path, f"{key}.")
+        threshold = item.get("threshold")
+        threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+        if not 0 <= threshold <= 100:
+            raise RuleError(path, f"{key}.threshold", "a score from 0 to 100")
         phrase, rx = item.get("phrase"), item.get("regex")
         if bool(phrase) == bool(rx):
             raise RuleError(path, key, "give exactly one of phrase: or regex:")
-        compiled = _compile(rx, path, f"{key}.regex") if rx else None
+        compiled = _compile(rx, path, f"{key}.regex", trusted) if rx else None
         keywords = item.get("keywords") or (derive_keywords(phrase) if phrase else None)
         if not keywords:
             raise RuleError(path, f"{key}.keywords", "a regex entry needs literal keywords: for the prefilter")
@@ -328,7 +389,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         if when:
             _expr_names(env, when, path, f"{key}.when")
         patterns.append(Pattern(
-            phrase=phrase, regex=compiled, threshold=float(item.get("threshold", DEFAULT_THRESHOLD)),
+            phrase=phrase, regex=compiled, threshold=threshold,
             keywords=[str(k) for k in keywords], generic=bool(item.get("generic")), stages=stages,
             when=when, catalog=list(item.get("catalog") or []),
         ))
@@ -339,7 +400,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         source = item.get("regex") if isinstance(item, dict) else item
         if not isinstance(source, str):
             raise RuleError(path, key, "each extract entry is a regex (string or {regex: ...})")
-        compiled = _compile(source, path, key)
+        compiled = _compile(source, path, key, trusted)
         if not compiled.groupindex:
             raise RuleError(path, key, "an extract regex needs named groups (?P<name>...)")
         extractors.append(Extractor(compiled))
@@ -392,6 +453,7 @@ def parse_rule(data: Any, path: str) -> Rule:
     for i, item in enumerate(data.get("fixes") or []):
         key = f"fixes[{i}]"
         _check_mapping(item, FIX_KEYS, path, key, "each fix is a mapping: flag, value, reason[, when]")
+        _check_types(item, FIX_KEY_TYPES, path, f"{key}.")
         fix = Fix(flag=item.get("flag"), value=str(item.get("value", "")), reason=str(item.get("reason", "")),
                   when=item.get("when"), env=item.get("env"))
         if not fix.flag and not fix.env:
@@ -406,6 +468,9 @@ def parse_rule(data: Any, path: str) -> Rule:
     if not isinstance(cases, dict) or not cases.get("match"):
         raise RuleError(path, "cases", "every rule needs cases.match (lines it must match) and cases.near_miss")
     _check_mapping(cases, CASE_KEYS, path, "cases", "cases is a mapping: match, near_miss")
+    for part in ("match", "near_miss"):
+        if not isinstance(cases.get(part), list):
+            raise RuleError(path, f"cases.{part}", "must be a list")
     if not cases.get("near_miss"):
         raise RuleError(path, "cases.near_miss", "at least one near-miss line that must not match")
     for i, case in enumerate(cases["match"]):
@@ -416,7 +481,7 @@ def parse_rule(data: Any, path: str) -> Rule:
     return rule
 
 
-def load_rule_file(path: Path) -> Rule:
+def load_rule_file(path: Path, trusted: bool = False) -> Rule:
     """Read and validate one rule file; unreadable or invalid YAML is a RuleError too."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -425,12 +490,12 @@ def load_rule_file(path: Path) -> Rule:
     import yaml
 
     try:
-        data = datafiles.yaml_load(text)
+        data = safeyaml.load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(yaml)"
         raise RuleError(str(path), where, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_rule(data, str(path))
+    return parse_rule(data, str(path), trusted)
 
 
 def builtin_rules_dir() -> Path:
@@ -457,11 +522,13 @@ def _rule_paths(extra: tuple[Path, ...]) -> list[Path]:
     return paths
 
 
-def _add_rules(rules: dict[str, Rule], paths: list[Path]) -> None:
-    """Load and fully validate each file into `rules` (by id); ids must be unique, overrides must exist."""
+def _add_rules(rules: dict[str, Rule], paths: list[Path], trusted: bool = False) -> None:
+    """Load and fully validate each file into `rules` (by id); ids must be unique, overrides must exist.
+
+    `trusted`: the shipped rules, whose regexes run without the per-match timeout rule packs get."""
     added = []
     for p in paths:
-        rule = load_rule_file(p)
+        rule = load_rule_file(p, trusted=trusted)
         if rule.id in rules and Path(rules[rule.id].path).resolve() != p.resolve():
             raise RuleError(str(p), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
         rules[rule.id] = rule
@@ -500,7 +567,7 @@ def builtin_rules() -> tuple[Rule, ...]:
         if rules:
             return rules
     loaded: dict[str, Rule] = {}
-    _add_rules(loaded, paths)
+    _add_rules(loaded, paths, trusted=True)
     rules = tuple(loaded.values())
     try:
         encoded = [encode_rule(r) for r in rules]

@@ -89,9 +89,15 @@ cmd_run() {
   "$bin" check --format sarif --exit-zero --output "$sarif" "${extra[@]}" -- "${logs[@]}" \
     || fail "vllm-doctor could not diagnose the log (see the error above)"
 
-  # 2. the report in the chosen format: annotations and the job summary with `github`
-  local rc=0
+  # 2. the report in the chosen format: annotations and the job summary with `github` (which fences its
+  #    own text); any other format is echoed between stop-commands markers, so no line of it is run
+  local rc=0 token=""
+  if [[ "$format" != "github" ]]; then
+    token="vllm-doctor-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+    printf '::stop-commands::%s\n' "$token"
+  fi
   "$bin" check --format "$format" --fail-on "$fail_on" "${extra[@]}" -- "${logs[@]}" || rc=$?
+  [[ -z "$token" ]] || printf '\n::%s::\n' "$token"
   (( rc <= 1 )) || fail "vllm-doctor failed with exit code $rc (see the error above)" "$rc"
   if [[ "$format" != "github" && -n "${GITHUB_STEP_SUMMARY:-}" ]]; then
     "$bin" check --format markdown --exit-zero "${extra[@]}" -- "${logs[@]}" >> "$GITHUB_STEP_SUMMARY" || true

@@ -386,7 +386,8 @@ def test_github_no_log_text_can_start_a_command():
     assert props["file"] == "logs/kv%cache,a:b.log" and props["line"] == "20"
     assert props["title"] == "vllm-doctor [kv-cache-too-small]: KV cache too small for one request of max_model_len"
     assert message.startswith(report.findings[0].advice.split("\n")[0])
-    assert "second line: 50%, with ::error::INJECTED and\r\ncarriage returns" in message
+    # (the CR is a control character: shown escaped, never sent raw)
+    assert "second line: 50%, with ::error::INJECTED and\\u000d\ncarriage returns" in message
     assert "\nRun: vllm serve " in message
     # the hostile evidence is in the fenced body, verbatim
     assert "::error file=evil.py,line=1::INJECTED" in out

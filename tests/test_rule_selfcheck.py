@@ -50,7 +50,7 @@ def doctor(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("typo, key, says", [
-    ('gib: "mem.GIBB / 2"', "derive.gib", "mem.GIBB is not a function or constant of diagnoser.memory"),
+    ('gib: "mem.GIBB / 2"', "derive.gib", "mem.GIBB is not available to rules (did you mean GIB"),
     ('gib: "fn.no_such_helper(count)"', "derive.gib", "fn.no_such_helper"),
     ('gib: "fn.flags"', "derive.gib", "fn.flags"),  # a module, not a helper
     ('gib: "count | tokenz"', "derive.gib", "unknown filter |tokenz"),

@@ -1,10 +1,18 @@
-"""Report: one module per output format, each `render(reports, options) -> str`."""
+"""Report: one module per output format, each `render(reports, options) -> str`.
+
+`renderer(name)` is the one way to a format: it hands the format a sanitized copy of the reports (every
+string escaped, see diagnoser/sanitize.py) and defuses GitHub workflow-command lines in every format but
+`github`, so no format needs its own escaping of control characters.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..engine import Report
 
 #: --format name -> module in this package. Each module has render(reports, opts) -> str.
 FORMATS = {
@@ -31,8 +39,16 @@ Renderer = Callable[..., str]
 
 
 def renderer(name: str) -> Renderer:
-    """The render function of one format."""
-    return import_module(f"{__name__}.{FORMATS[name]}").render
+    """The render function of one format, over sanitized reports, its output checked once more."""
+    from ..sanitize import clean_output, no_commands, sanitized
+
+    render = import_module(f"{__name__}.{FORMATS[name]}").render
+
+    def safe_render(reports: list[Report], opts: dict | None = None) -> str:
+        text = clean_output(render([sanitized(r) for r in reports], opts))
+        return text if name == "github" else no_commands(text)
+
+    return safe_render
 
 
 def scan_writer(name: str) -> Callable[..., None]:

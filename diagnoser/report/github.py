@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from ..engine import Report
+from ..sanitize import no_commands
 from . import markdown, text
 from .model import finding_dict
 from .sarif import primary_location, relative_path
@@ -81,7 +82,7 @@ def write_step_summary(reports: list[Report], opts: dict[str, Any]) -> None:
     target = opts.get("step_summary", os.environ.get("GITHUB_STEP_SUMMARY"))
     if not target:
         return
-    body = markdown.render(reports, {**opts, "heading_level": 2})
+    body = no_commands(markdown.render(reports, {**opts, "heading_level": 2}))
     try:
         with open(target, "a", encoding="utf-8") as fh:
             fh.write(body if body.endswith("\n") else body + "\n")
@@ -99,7 +100,7 @@ def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
         head = (f"vllm-doctor: {relative_path(r.path)}: {c['error']} error(s), {c['warning']} warning(s), "
                 f"{c['info']} info")
         out.append(workflow_command("group", None, head))
-        out.extend(fenced(text.render([r], {"color": False}).rstrip("\n")))
+        out.extend(fenced(no_commands(text.render([r], {"color": False}).rstrip("\n"))))
         out.append("::endgroup::")
     for r in reports:
         for f in r.findings:

@@ -191,7 +191,9 @@ def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
         if red["total"]:
             kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(red["by_kind"].items()))
             out += [f"*{_plural(red['total'], 'secret')} redacted ({kinds}).*", ""]
-        if not r.findings:
+        if not r.findings and doc.get("notes"):
+            out += [doc["notes"][0].capitalize() + ".", ""]
+        elif not r.findings:
             out += ["No problems found.", ""]
         for i, f in enumerate(r.findings[:MAX_FINDINGS], 1):
             out += _finding(finding_dict(f), i, sub)

@@ -36,7 +36,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
 
 def report_dict(r: Report) -> dict[str, Any]:
     """One input's report: the whole JSON contract."""
-    return {
+    out = {
         "schema_version": SCHEMA_VERSION,
         "tool": dict(TOOL),
         "input": {"path": r.path, "lines": r.lines, "bytes": r.bytes},
@@ -45,3 +45,11 @@ def report_dict(r: Report) -> dict[str, Any]:
         "summary": r.counts(),
         "redactions": {"total": sum(r.redactions.values()), "by_kind": dict(r.redactions)},
     }
+    if not getattr(r, "vllm_seen", True):
+        out["notes"] = [no_vllm_note(r)]
+    return out
+
+
+def no_vllm_note(r: Report) -> str:
+    """What every format says about an input that holds no vLLM line at all (empty, binary, another log)."""
+    return f"no vLLM log found in {'stdin' if r.path == '-' else r.path}"

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..advise import Finding
 from ..engine import Report
+from .model import no_vllm_note
 
 COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m", "dim": "\x1b[2m",
           "bold": "\x1b[1m", "reset": "\x1b[0m"}
@@ -78,7 +79,9 @@ def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
         known = [f"{label}={_fmt(ctx[k])}" for k, label in CONTEXT_KEYS if k in ctx]
         if known:
             out.append("context: " + ", ".join(known))
-        if not r.findings:
+        if not r.findings and not getattr(r, "vllm_seen", True):
+            out.append(no_vllm_note(r))
+        elif not r.findings:
             out.append("no problems found" + (" (the server started)" if r.context.server_started
                                               or r.context.engine_ready else ""))
         for i, f in enumerate(r.findings, 1):

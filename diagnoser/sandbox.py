@@ -1,0 +1,282 @@
+"""The sandbox for rule templates and expressions: a rule pack is data, so it must never run code.
+
+Rule packs come from teammates and the internet. Their jinja2 templates (`advice`, `fixes`) and expressions
+(`derive`, `when`) see only:
+
+- the rule's facts, `ctx` (plain dicts, lists, numbers, strings), and a few plain values;
+- `fn.NAME` / `mem.NAME`: the functions and constants named in FN_API and MEM_API, as a namespace object
+  that holds nothing else (no module, no object whose attributes lead back to one).
+
+Two layers enforce it. At load time, `check_template` rejects (RuleError "path: key: what to change") a
+template that names an `fn.`/`mem.` member outside the lists, reads a private (`_x`) attribute, calls a
+method or filter not on the safe lists, imports, includes, defines macros or nests loops. At run time
+the environment is jinja2's ImmutableSandboxedEnvironment (no mutation of facts or ctx, no `__class__`
+walks), refuses any attribute that is a module or belongs to a function, and bounds sizes: string and list
+repeats, powers, `%` widths, `range()`, and each render's output length and time. An over-size result raises
+SecurityError: the advice says it could not be computed, and the tool goes on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+import re
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+from jinja2 import StrictUndefined, Undefined, nodes
+from jinja2.exceptions import SecurityError, TemplateSyntaxError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from . import advice_functions, memory
+
+#: What `fn.` offers templates (diagnoser/advice_functions.py): plain functions over plain values.
+FN_API = (
+    "hyphen", "underscore", "divisors", "divisors_near", "closest_flag", "renamed_flag", "tp_to_fit",
+    "bad_arguments", "flag_fix", "corrected_args", "process_memory", "others_gib", "capability",
+    "capability_int", "quant_methods_for", "closest_choice", "model_weights_gib", "closest_model", "tp_sizes",
+)
+#: What `mem.` offers templates (diagnoser/memory.py): arithmetic over numbers, and its constants.
+MEM_API = (
+    "GIB", "MIB", "GB", "LEN_STEP", "BLOCK_SIZE", "SAMPLER_BYTES_PER_LOGIT",
+    "log_size_gib", "round_down", "kv_bytes_per_token", "tokens_in", "concurrency", "bytes_per_token_from_need",
+    "max_len_that_fits", "utilization_for", "utilization_within_free", "budget_gib", "human_tokens",
+    "version_tuple", "dtype_bytes", "kv_value_bytes", "kv_heads_per_rank", "layers_per_stage",
+    "mla_kv_bytes_per_token", "blocks_for", "format_gib", "lower_utilization", "graphs_budgeted", "engine_for",
+    "default_gpu_memory_utilization",
+)
+#: Filters a template may use (jinja2's `attr`, `format` with `*` widths, `center`, `indent`, `wordwrap`,
+#: `replace`... are not here: they reach attributes or build unbounded strings).
+FILTERS = {
+    "tokens", "gib", "default", "d", "format", "int", "float", "round", "abs", "join", "first", "last", "length",
+    "count", "list", "lower", "upper", "title", "capitalize", "trim", "max", "min", "sum", "sort", "unique",
+    "select", "reject", "selectattr", "rejectattr", "map", "string", "e", "escape", "batch", "slice", "dictsort",
+    "items", "tojson", "truncate",
+}
+#: Methods of plain values (str, dict, list) a template may call.
+METHODS = {
+    "get", "keys", "values", "items", "startswith", "endswith", "count", "index", "find", "rfind", "lower", "upper",
+    "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "partition", "rpartition", "isdigit",
+    "isalpha", "isalnum", "isupper", "islower", "title", "capitalize", "removeprefix", "removesuffix",
+}
+#: Template tags that could import, include, recurse or loop without a bound.
+FORBIDDEN_NODES = (nodes.Macro, nodes.CallBlock, nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends,
+                   nodes.Block)
+
+#: Size bounds of one evaluation.
+MAX_STR = 100_000  #: characters of one string or items of one list built by `*` or `%`
+MAX_POW_BITS = 100_000  #: bits of an integer built by `**`
+MAX_RANGE = 10_000  #: items of one range()
+MAX_OUTPUT = 100_000  #: characters of one rendered template
+MAX_SECONDS = 2.0  #: wall time of one rendered template
+
+
+def _namespace(module: types.ModuleType, names: tuple[str, ...]) -> types.SimpleNamespace:
+    return types.SimpleNamespace(**{n: getattr(module, n) for n in names if hasattr(module, n)})
+
+
+#: The objects templates see as `fn` and `mem`.
+FN = _namespace(advice_functions, FN_API)
+MEM = _namespace(memory, MEM_API)
+NAMESPACES = {"fn": (FN, set(FN_API)), "mem": (MEM, set(MEM_API))}
+
+
+def _bounded_range(*args: int) -> range:
+    r = range(*args)
+    if len(r) > MAX_RANGE:
+        raise SecurityError(f"range() of {len(r):,} items; the limit is {MAX_RANGE:,}")
+    return r
+
+
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def _check_percent(fmt: str) -> None:
+    for m in _PERCENT_SPEC.finditer(fmt):
+        for part in m.groups():
+            if part == "*" or (part and int(part) > 1000):
+                raise SecurityError("a %-format width or precision over 1000")
+
+
+def _bounded_format(value: Any, *args: Any, **kwargs: Any) -> str:
+    """jinja2's `format` filter (`'%.1f'|format(x)`) with widths and precisions bounded."""
+    text = str(value)
+    _check_percent(text)
+    if args and kwargs:
+        raise SecurityError("format takes positional or keyword arguments, not both")
+    return text % (kwargs or args)
+
+
+def _size(value: Any) -> int | None:
+    return len(value) if isinstance(value, str | list | tuple | bytes) else None
+
+
+def _bounded_mul(left: Any, right: Any) -> Any:
+    for seq, n in ((left, right), (right, left)):
+        size = _size(seq)
+        if size is not None and isinstance(n, int) and size * max(n, 0) > MAX_STR:
+            raise SecurityError(f"a repeat building {size * n:,} items; the limit is {MAX_STR:,}")
+    return operator.mul(left, right)
+
+
+def _bounded_pow(left: Any, right: Any) -> Any:
+    if (isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
+            and left.bit_length() * right > MAX_POW_BITS):
+        raise SecurityError(f"a power of about {left.bit_length() * right:,} bits; the limit is {MAX_POW_BITS:,}")
+    return operator.pow(left, right)
+
+
+def _bounded_mod(left: Any, right: Any) -> Any:
+    if isinstance(left, str):
+        _check_percent(left)
+    return operator.mod(left, right)
+
+
+def _bounded_add(left: Any, right: Any) -> Any:
+    a, b = _size(left), _size(right)
+    if a is not None and b is not None and a + b > 10 * MAX_STR:
+        raise SecurityError("a concatenation over the size limit")
+    return operator.add(left, right)
+
+
+_BINOPS: dict[str, Callable[[Any, Any], Any]] = {"*": _bounded_mul, "**": _bounded_pow, "%": _bounded_mod,
+                                                  "+": _bounded_add}
+
+
+class RuleSandbox(ImmutableSandboxedEnvironment):
+    """ImmutableSandboxedEnvironment that also refuses modules, function attributes and over-size values."""
+
+    intercepted_binops = frozenset(_BINOPS)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(value, types.ModuleType | type):
+            return False
+        if isinstance(obj, types.FunctionType | types.BuiltinFunctionType | types.MethodType | type):
+            return False
+        return super().is_safe_attribute(obj, attr, value)
+
+    def call_binop(self, context: Any, operator_: str, left: Any, right: Any) -> Any:
+        op = _BINOPS.get(operator_)
+        if op is None:
+            return super().call_binop(context, operator_, left, right)
+        return op(left, right)
+
+
+def template_env() -> RuleSandbox:
+    """The one environment for rule templates and expressions: sandboxed, bounded, strict about names."""
+    env = RuleSandbox(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
+    for name in ("lipsum", "cycler", "joiner"):
+        env.globals.pop(name, None)
+    env.globals["range"] = _bounded_range
+    env.filters["tokens"] = _tokens
+    env.filters["gib"] = _gib
+    env.filters["format"] = _bounded_format
+    env.tests["known"] = lambda v: not isinstance(v, Undefined) and v is not None
+    return env
+
+
+def render(template: Any, names: dict[str, Any]) -> str:
+    """A template's text, refused (SecurityError) past MAX_OUTPUT characters or MAX_SECONDS."""
+    start = time.monotonic()
+    out: list[str] = []
+    size = 0
+    for chunk in template.generate(**names):
+        size += len(chunk)
+        if size > MAX_OUTPUT:
+            raise SecurityError(f"the template's output exceeds {MAX_OUTPUT:,} characters")
+        if time.monotonic() - start > MAX_SECONDS:
+            raise SecurityError(f"the template took longer than {MAX_SECONDS:g} s")
+        out.append(chunk)
+    return "".join(out)
+
+
+def _tokens(n: Any) -> str:
+    """35000 -> '35,000'; an unknown value prints as '?' rather than failing the advice."""
+    try:
+        return f"{int(n):,}"
+    except (TypeError, ValueError, OverflowError):
+        return "?"
+
+
+def _gib(x: Any) -> str:
+    """4.6213 -> '4.62'."""
+    try:
+        return f"{float(x):.2f}"
+    except (TypeError, ValueError, OverflowError):
+        return "?"
+
+
+def check_template(ast: nodes.Template) -> str | None:
+    """What a parsed template or expression does that rules may not (None when it is fine)."""
+    for node in ast.find_all(FORBIDDEN_NODES):
+        return f"{{% {type(node).__name__.lower()} %}} is not allowed in rule templates"
+    for loop in ast.find_all(nodes.For):
+        if loop.recursive:
+            return "recursive loops are not allowed in rule templates"
+        if any(True for _ in loop.find_all(nodes.For)):
+            return "nested loops are not allowed in rule templates"
+    members = list(ast.find_all((nodes.Getattr, nodes.Getitem)))
+    for node in members:
+        attr = node.attr if isinstance(node, nodes.Getattr) else _const_key(node.arg)
+        if isinstance(attr, str) and attr.startswith("_"):
+            return f"{attr!r}: private attributes are not allowed"
+        target = node.node
+        if isinstance(target, nodes.Name) and target.name in NAMESPACES:
+            allowed = NAMESPACES[target.name][1]
+            if attr not in allowed:
+                close = difflib.get_close_matches(attr, allowed, n=3) if isinstance(attr, str) else []
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                return (f"{target.name}.{attr if isinstance(attr, str) else '[...]'} is not available to rules"
+                        f"{hint}; {target.name}. offers: {', '.join(sorted(allowed))}")
+    for node in members:
+        if _names_namespace(node.node):
+            return f"{_dotted(node)}: fn. and mem. members have no attributes to read"
+    for call in ast.find_all(nodes.Call):
+        fn = call.node
+        member = isinstance(fn, nodes.Getattr) and isinstance(fn.node, nodes.Name) and fn.node.name in NAMESPACES
+        if isinstance(fn, nodes.Getattr) and not member and fn.attr not in METHODS:
+            return f".{fn.attr}(): not a method rules may call; allowed: {', '.join(sorted(METHODS))}"
+    for flt in ast.find_all(nodes.Filter):
+        if flt.name not in FILTERS:
+            return f"unknown filter |{flt.name}: not a filter rules may use; allowed: {', '.join(sorted(FILTERS))}"
+    accessed = {id(node.node) for node in members}
+    for name in ast.find_all(nodes.Name):
+        if name.name in NAMESPACES and id(name) not in accessed:
+            return f"{name.name} is a namespace: use {name.name}.NAME(...), not {name.name} itself"
+    return None
+
+
+def _const_key(arg: nodes.Node) -> Any:
+    return arg.value if isinstance(arg, nodes.Const) else object()
+
+
+def _names_namespace(node: nodes.Node) -> bool:
+    """`fn.x` or `fn['x']` (so `fn.x.y` can be refused)."""
+    return (isinstance(node, nodes.Getattr | nodes.Getitem) and isinstance(node.node, nodes.Name)
+            and node.node.name in NAMESPACES)
+
+
+def _dotted(node: nodes.Node) -> str:
+    if isinstance(node, nodes.Name):
+        return node.name
+    if isinstance(node, nodes.Getattr):
+        return f"{_dotted(node.node)}.{node.attr}"
+    if isinstance(node, nodes.Getitem):
+        return f"{_dotted(node.node)}[...]"
+    return "..."
+
+
+def parse_checked(env: RuleSandbox, source: str, expression: bool) -> nodes.Template:
+    """Parse a template (or an expression) and apply check_template; errors are ValueError with the reason."""
+    try:
+        ast = env.parse("{{ (" + source + ") }}" if expression else source)
+    except TemplateSyntaxError as exc:
+        if expression:
+            raise ValueError(f"not a valid expression: {exc.message}") from None
+        raise ValueError(f"template does not parse (line {exc.lineno}): {exc.message}") from None
+    problem = check_template(ast)
+    if problem:
+        raise ValueError(problem)
+    return ast

@@ -1,0 +1,99 @@
+"""Helpers for the attack regression tests: run the installed command as a user (or an attacker) would."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+#: A log line that every test rule below matches.
+TRIGGER = "ERROR 08-21 14:04:41 [core.py:700] the demo engine exploded loudly with 3 sparks\n"
+
+
+def rule_text(advice: str = "boom", **extra: str) -> str:
+    """A valid rule file (id demo-attack) with the given advice and extra top-level YAML."""
+    body = f"""\
+    id: demo-attack
+    title: Demo attack
+    severity: error
+    stage: startup
+    match:
+      - phrase: "the demo engine exploded loudly"
+    extract:
+      - 'exploded loudly with (?P<count>\\d+) sparks'
+    facts:
+      count: int
+    advice: {json.dumps(advice)}
+    explanation: Demo.
+    cases:
+      match:
+        - text: "the demo engine exploded loudly with 3 sparks"
+      near_miss:
+        - "the demo engine is fine"
+    """
+    text = textwrap.dedent(body)
+    for key, value in extra.items():
+        text += f"{key}: {value}\n"
+    return text
+
+
+def run_doctor(*args: str, stdin: bytes | str = b"", cwd: Path | None = None, timeout: float = 60,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The installed command's entry point, in a subprocess (the whole error contract, exit code included)."""
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    proc = subprocess.run([sys.executable, "-m", "diagnoser", *args], input=data, capture_output=True,
+                          cwd=cwd, timeout=timeout, env=env)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                                       proc.stderr.decode("utf-8", "replace"))
+
+
+def run_inline(*args: str, stdin: bytes | str = b"", cwd: Path | None = None, timeout: float = 60,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The same entry point (cli.run) in this process: the same exit codes and streams, without the start-up."""
+    from diagnoser.cli import run
+
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    out, err = io.BytesIO(), io.BytesIO()
+    saved = sys.stdin, sys.stdout, sys.stderr, sys.argv, os.getcwd()
+    streams = (io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"),
+               io.TextIOWrapper(out, encoding="utf-8", write_through=True),
+               io.TextIOWrapper(err, encoding="utf-8", write_through=True))
+    sys.stdin, sys.stdout, sys.stderr = streams
+    sys.argv = ["vllm-doctor", *args]
+    code = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        run()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    finally:
+        sys.stdin, sys.stdout, sys.stderr, sys.argv, cwd_before = saved
+        os.chdir(cwd_before)
+        for s in streams:
+            s.flush()
+        stdout, stderr = out.getvalue(), err.getvalue()
+        for s in streams:
+            s.detach()
+    return subprocess.CompletedProcess(list(args), code, stdout.decode("utf-8", "replace"),
+                                       stderr.decode("utf-8", "replace"))
+
+
+@pytest.fixture
+def doctor():
+    return run_inline
+
+
+@pytest.fixture
+def rule_file(tmp_path):
+    def make(text: str, name: str = "demo-attack.yaml") -> Path:
+        p = tmp_path / name
+        p.write_text(text)
+        return p
+    return make
