@@ -12,6 +12,8 @@ from .matcher import Hit, Matcher
 from .reader import Prefilter, ReadStats, read_lines
 from .redact import Redactor
 from .rules import Rule, builtin_rules
+from .series import KEYWORDS as SERIES_KEYWORDS
+from .series import Series
 from .tracker import Context, Tracker, landmark_keywords
 
 
@@ -25,6 +27,8 @@ class Report:
     context: Context
     findings: list[Finding]
     redactions: dict[str, int] = field(default_factory=dict)
+    #: the serving phase over time (None when the input had no stats line, access line or scrape)
+    series: Series | None = None
 
     def counts(self) -> dict[str, int]:
         out = {"error": 0, "warning": 0, "info": 0}
@@ -51,7 +55,7 @@ def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
     if cached is not None and cached[0] is rules:
         return cached[1]
     words = [k for r in rules for p in r.patterns for k in p.keywords]
-    prefilter = Prefilter([*words, *landmark_keywords()])
+    prefilter = Prefilter([*words, *landmark_keywords(), *SERIES_KEYWORDS])
     if len(_PREFILTERS) >= 16:
         _PREFILTERS.clear()
     _PREFILTERS[id(rules)] = (rules, prefilter)  # the reference keeps the id from being reused
@@ -69,21 +73,26 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     stats = ReadStats()
     tracker = Tracker()
     matcher = Matcher(rules, tracker.context)
+    series = Series()
     seen = 0
-    for line in read_lines(stream, prefilter_for(rules), redactor, stats):
+    for line in read_lines(stream, prefilter_for(rules), redactor, stats, on_block=series.access_block):
         matcher.feed(line, tracker.observe(line))
+        series.observe(line)
         if on_hit is not None and len(matcher.hits) > seen:
             for hit in matcher.hits[seen:]:
                 on_hit(hit)
             seen = len(matcher.hits)
     hits = matcher.finish()
     tracker.finish()
+    series.finish(tracker.context)
+    hits = sorted([*hits, *matcher.series_hits(series)], key=lambda h: h.line.number)
     if on_hit is not None:
         for hit in hits[seen:]:
             on_hit(hit)
     findings = Advisor().findings(hits, tracker.context)
     return Report(path=path, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
-                  findings=findings, redactions=dict(redactor.counts) if redactor else {})
+                  findings=findings, redactions=dict(redactor.counts) if redactor else {},
+                  series=None if series.empty else series)
 
 
 def diagnose_text(text: str, rules: list[Rule] | tuple[Rule, ...] | None = None, redact: bool = True) -> Report:

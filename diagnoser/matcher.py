@@ -132,6 +132,27 @@ class Matcher:
             self._match_first()
         return self.hits
 
+    def series_hits(self, series: Any) -> list[Hit]:
+        """Hits of the rules' `series:` entries: one per window the serving series found (or per engine for
+        whole-series summaries), filtered by the entry's and the rule's `when` like any line's hit."""
+        ctx = self._ctx_source.as_dict() if self._ctx_source is not None else {}
+        out: list[Hit] = []
+        for rule, pattern, _ in self.entries:
+            if pattern.series is None:
+                continue
+            for facts, evidence in series.candidates(pattern.series):
+                scope = template_names(facts, ctx)
+                if pattern.when and not self.ev.truth(pattern.when, scope):
+                    continue
+                if rule.when and not self.ev.truth(rule.when, template_names(
+                        derive_facts(rule, facts, ctx, self.ev, "serving"), ctx)):
+                    continue
+                line = evidence[0] if evidence else Line(number=0, text="", raw="")
+                out.append(Hit(rule=rule, pattern=pattern, line=line, end_line=line.number, stage="serving",
+                               fine_stage="serving", facts=facts, evidence=evidence))
+        self.hits.extend(out)
+        return out
+
     # -- internals -----------------------------------------------------------------------------------
 
     def _window(self) -> list[Line]:

@@ -281,11 +281,13 @@ def _trie(words: list[bytes]) -> bytes:
 
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
-               stats: ReadStats | None = None) -> Iterator[Line]:
+               stats: ReadStats | None = None,
+               on_block: Callable[[int, bytes], None] | None = None) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
-    the FOLLOW lines after each.
+    the FOLLOW lines after each. `on_block(first_line_number, block)` sees each block of whole raw lines
+    before its lines are yielded (what is counted rather than read: access lines).
     """
     st = stats if stats is not None else ReadStats()
     carry = b""
@@ -312,6 +314,8 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
         lines_in_block = block.count(b"\n")
+        if on_block is not None:
+            on_block(number, block)
         if prefilter is not None:
             block = blank_user_content(block)
         # hard wraps come from pasting what a terminal or chat showed: only the start of an input can be one
@@ -321,6 +325,8 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             pending_follow = _follow_after(block, prefilter)
         number += lines_in_block
     if carry:  # a last line without a newline (a truncated log)
+        if on_block is not None:
+            on_block(number, carry + b"\n")
         yield from _block_lines(carry + b"\n", number, prefilter, redact, pending_follow, st)
         number += 1
     st.lines = number
