@@ -34,9 +34,9 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     return out
 
 
-def report_dict(r: Report) -> dict[str, Any]:
-    """One input's report: the whole JSON contract."""
-    return {
+def report_dict(r: Report, series: bool = False) -> dict[str, Any]:
+    """One input's report: the whole JSON contract (`series`: add the downsampled serving series)."""
+    out = {
         "schema_version": SCHEMA_VERSION,
         "tool": dict(TOOL),
         "input": {"path": r.path, "lines": r.lines, "bytes": r.bytes},
@@ -45,3 +45,6 @@ def report_dict(r: Report) -> dict[str, Any]:
         "summary": r.counts(),
         "redactions": {"total": sum(r.redactions.values()), "by_kind": dict(r.redactions)},
     }
+    if series:
+        out["series"] = r.series.to_dict() if r.series is not None else None
+    return out
