@@ -90,8 +90,9 @@ class Clock:
             m = VLLM_TIME.match(line.timestamp)
             if m:
                 mo, d, h, mi, s = (int(g) for g in m.groups())
+                before = self._last
                 t = self._stamp(self._year, mo, d, h, mi, s)
-                if t is not None and self._last is not None and t < self._last - 180 * 86400:
+                if t is not None and before is not None and t < before - 180 * 86400:
                     self._year += 1
                     t = self._stamp(self._year, mo, d, h, mi, s)
                 return t
