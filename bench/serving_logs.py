@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - the templates are vLLM log lines, as long as vLLM prints them
 """Synthetic serving logs and /metrics scrapes: the long serving fixtures, and the big log of the serving bench.
 
     python bench/serving_logs.py fixtures      (re)write the serving fixtures in fixtures/
@@ -190,8 +191,8 @@ def scrape(state: dict[str, float], names: dict[str, str], ts_ms: int | None = N
         (f'vllm:request_success_total{{finished_reason="stop",{lab}}} {state["ok"]:.1f}', 1),
         (f"vllm:e2e_request_latency_seconds_sum{{{lab}}} {state['e2e_sum']:.3f}", 1),
         (f"vllm:e2e_request_latency_seconds_count{{{lab}}} {state['ok']:.1f}", 1),
-        (f'vllm:cache_config_info{{block_size="16",cache_dtype="auto",gpu_memory_utilization="0.9",'
-         f'num_gpu_blocks="1260",enable_prefix_caching="True"}} 1.0', 1),
+        ('vllm:cache_config_info{block_size="16",cache_dtype="auto",gpu_memory_utilization="0.9",'
+         'num_gpu_blocks="1260",enable_prefix_caching="True"} 1.0', 1),
         (f'http_requests_total{{handler="/v1/chat/completions",method="POST",status="2xx"}} {state["ok"]:.1f}', 1),
         (f'http_requests_total{{handler="/v1/chat/completions",method="POST",status="5xx"}} {state["err"]:.1f}', 1),
     ]

@@ -39,8 +39,9 @@ SAMPLE = re.compile(
     r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>[-+]?(?:[\d.]+(?:[eE][-+]?\d+)?|Inf|NaN))"
     r"(?:\s+(?P<ts>\d+(?:\.\d+)?))?\s*$")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-SCRAPE_AT = re.compile(r"^#\s*scrape(?:d)? at:?\s*(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?)(?P<tz>Z|[+-]\d\d:?\d\d)?",
-                       re.IGNORECASE)
+SCRAPE_AT = re.compile(
+    r"^#\s*scrape(?:d)? at:?\s*(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?)(?P<tz>Z|[+-]\d\d:?\d\d)?",
+    re.IGNORECASE)
 #: Words that put a metrics line in front of the reader's prefilter.
 KEYWORDS = ("vllm:", "http_requests_total", "# scrape at", "# scraped at", "# EOF")
 

@@ -14,6 +14,7 @@ throughput collapse, an error burst) run on every point as it arrives, so each w
 from __future__ import annotations
 
 import calendar
+import contextlib
 import math
 import re
 from collections import deque
@@ -66,7 +67,7 @@ V0_PREEMPTED = re.compile(r"is preempted by PreemptionMode\.\w+.*?(?:total_num_c
 ISO_TIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
 VLLM_TIME = re.compile(r"^(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$")
 #: raw-block markers: where a stats line starts a new interval; an access line's status code
-BLOCK_STATS = re.compile(rb"[^\n]*Avg prompt throughput")
+STATS_MARK = b"Avg prompt throughput"
 BLOCK_ERROR = re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b')
 
 
@@ -476,13 +477,12 @@ class Series:
         if not text:
             return
         first = text[0]
-        if first in "#vh" and (text.startswith(("vllm:", "# ", "http_requests"))):
-            if self.metrics.feed(text):
-                if self.metrics.current.line is None:
-                    self.metrics.current.line = line
-                for scrape in self.metrics.take():
-                    self._scrape(scrape)
-                return
+        if first in "#vh" and text.startswith(("vllm:", "# ", "http_requests")) and self.metrics.feed(text):
+            if self.metrics.current.line is None:
+                self.metrics.current.line = line
+            for scrape in self.metrics.take():
+                self._scrape(scrape)
+            return
         if "throughput" in text or "KV cache usage" in text or "RUNNING:" in text:
             self._stats(line)
         elif "is preempted by" in text:
@@ -498,20 +498,24 @@ class Series:
         if b" HTTP/" not in block:
             return
         self._http_seen = True
-        pos = 0
-        cuts = [m.start() for m in BLOCK_STATS.finditer(block)] if b"Avg prompt throughput" in block else []
-        number = first_number
-        for cut in [*cuts, len(block)]:
-            start = block.rfind(b"\n", 0, cut) + 1 if cut < len(block) else len(block)
+        cuts = []  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
+        i = block.find(STATS_MARK)
+        while i != -1:
+            cuts.append(block.rfind(b"\n", 0, i) + 1)
+            nl = block.find(b"\n", i)
+            i = block.find(STATS_MARK, nl) if nl != -1 else -1
+        pos, number = 0, first_number
+        for start in [*cuts, None]:
             seg = block[pos:start]
             self._open_http[0] += seg.count(b" HTTP/")
             for m in BLOCK_ERROR.finditer(seg):
                 code = m.group(1).decode()
                 self._open_http[1][code] = self._open_http[1].get(code, 0) + 1
-            if cut < len(block):
-                number += seg.count(b"\n")
-                self._pending_http.append((number + 1, self._open_http[0], self._open_http[1]))
-                self._open_http = [0, {}]
+            if start is None:
+                break
+            number += seg.count(b"\n")
+            self._pending_http.append((number + 1, self._open_http[0], self._open_http[1]))
+            self._open_http = [0, {}]
             pos = start
 
     def _stats(self, line: Line) -> None:
@@ -629,10 +633,8 @@ class Series:
         for key, attr, kind in (("num_gpu_blocks", "num_gpu_blocks", int), ("block_size", "block_size", int),
                                 ("gpu_memory_utilization", "gpu_memory_utilization", float)):
             if info.get(key) not in (None, "", "None") and getattr(ctx, attr, None) is None:
-                try:
+                with contextlib.suppress(ValueError):
                     setattr(ctx, attr, kind(float(info[key])))
-                except ValueError:
-                    pass
         if self._scrapes and ctx.stats_lines == 0:
             ctx.engine = ctx.engine or None
 

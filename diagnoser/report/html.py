@@ -51,14 +51,17 @@ SCRIPT = """
 document.querySelectorAll('button[data-copy]').forEach(function(b){b.addEventListener('click',function(){
 var t=document.getElementById(b.getAttribute('data-copy')).textContent;function done(){b.textContent='Copied';
 setTimeout(function(){b.textContent='Copy'},1500)}if(navigator.clipboard&&window.isSecureContext){
-navigator.clipboard.writeText(t).then(done,fallback)}else{fallback()}function fallback(){var a=document.createElement('textarea');
+navigator.clipboard.writeText(t).then(done,fallback)}else{fallback()}
+function fallback(){var a=document.createElement('textarea');
 a.value=t;document.body.appendChild(a);a.select();try{document.execCommand('copy');done()}catch(e){}a.remove()}})});
 """
 
 #: (title, unit, [(field, label, colour var)], y max or None)
 TIMELINES = (
-    ("KV cache usage", "%", [("kv_pct", "GPU KV cache", "--c2"), ("cpu_kv_pct", "CPU KV cache (V0 swap)", "--c5")], 100.0),
-    ("Requests running and waiting", "requests", [("running", "running", "--c1"), ("waiting", "waiting", "--c2")], None),
+    ("KV cache usage", "%", [("kv_pct", "GPU KV cache", "--c2"), ("cpu_kv_pct", "CPU KV cache (V0 swap)", "--c5")],
+     100.0),
+    ("Requests running and waiting", "requests", [("running", "running", "--c1"), ("waiting", "waiting", "--c2")],
+     None),
     ("Throughput", "tokens/s", [("prompt_tps", "prompt", "--c4"), ("gen_tps", "generation", "--c3")], None),
     ("Preemptions", "per interval", [("preemptions", "preemptions", "--c2")], None),
     ("Failed requests", "per interval", [("errors", "5xx / 429", "--c2")], None),
@@ -154,7 +157,8 @@ def budget_bar(ctx: dict[str, Any]) -> str:
     if budget and budget > used:
         parts.append(("unreserved in budget", budget - used, "--line"))
     iw = W - PAD_L - PAD_R
-    svg = [f'<svg viewBox="0 0 {W} 96" role="img" aria-labelledby="budget-t budget-d" class="chart" data-chart="budget">',
+    svg = [f'<svg viewBox="0 0 {W} 96" role="img" aria-labelledby="budget-t budget-d" class="chart" '
+           'data-chart="budget">',
            '<title id="budget-t">Start-up GPU memory budget (GiB)</title>']
     svg.append('<desc id="budget-d">' + _e(", ".join(f"{lb} {v:.2f} GiB" for lb, v, _ in parts)
                                              + (f"; GPU total {total:.2f} GiB" if total else "")
@@ -201,7 +205,8 @@ def _series_charts(r: Report) -> str:
         if not lines:
             continue
         out.append(f'<div class="card">{timeline(title, unit, lines, t0, t1, shade, labels, ymax, f"c{i}")}</div>')
-    head = (f'<p class="muted">From {_e(s.source == "metrics" and "Prometheus /metrics scrapes" or "the stats lines")}: '
+    source = "Prometheus /metrics scrapes" if s.source == "metrics" else "the stats lines"
+    head = (f'<p class="muted">From {_e(source)}: '
             f'{_e(labels[0])} to {_e(labels[1])}, {len(tracks)} engine(s), '
             f'{sum(t.points for _, t in tracks):,} points (charts show at most '
             f'{max(t.buckets.capacity for _, t in tracks)} per engine; windows are exact).</p>')
