@@ -27,7 +27,6 @@ sys.path.insert(0, str(HERE))
 import serving_logs  # noqa: E402
 
 
-
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS (KB) of one fresh process."""
     start = time.perf_counter()
