@@ -213,7 +213,7 @@ def _series_charts(r: Report) -> str:
     return "<h2>Serving over time</h2>" + head + "".join(out)
 
 
-def _finding(f: Any, i: int) -> str:
+def _finding(f: Any, i: int, rid: str = "") -> str:
     d = finding_dict(f)
     facts = {k: v for k, v in d["facts"].items() if not isinstance(v, (list, dict))}
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>" for k, v in facts.items())
@@ -226,8 +226,8 @@ def _finding(f: Any, i: int) -> str:
     ev = "".join(f"<pre class=\"ev\">{ln['line']:>6} | {_e(ln['text'][:400])}</pre>" for ln in d["evidence"])
     cmd = ""
     if d["command"]:
-        cmd = (f'<div class="cmd"><pre id="cmd-{i}">{_e(d["command"])}</pre>'
-               f'<button type="button" data-copy="cmd-{i}">Copy</button></div>')
+        cmd = (f'<div class="cmd"><pre id="{rid}cmd-{i}">{_e(d["command"])}</pre>'
+               f'<button type="button" data-copy="{rid}cmd-{i}">Copy</button></div>')
     return (f'<div class="card finding" id="f-{i}"><span class="sev {d["severity"]}">{d["severity"]}</span> '
             f'<code>{_e(d["rule"])}</code><h3>{_e(d["title"])}</h3>'
             f'<div class="muted">stage {_e(d["stage"])}, line {d["line"]}, seen {d["occurrences"]} time(s)</div>'
@@ -235,7 +235,8 @@ def _finding(f: Any, i: int) -> str:
             f'<details><summary>Numbers</summary><table>{rows}</table></details></div>')
 
 
-def _report(r: Report) -> str:
+def _report(r: Report, rid: str = "") -> str:
+    """One input's page section; `rid` prefixes element ids when one page holds several inputs."""
     ctx = r.context.as_dict()
     out = [f"<h1>vllm-doctor: {_e(r.path)}</h1>",
            f'<p class="muted">{r.lines:,} lines, {r.bytes:,} bytes</p>']
@@ -243,22 +244,23 @@ def _report(r: Report) -> str:
         f = r.findings[0]
         d = finding_dict(f)
         first_para = d["advice"].split("\n\n")[0]
-        cmd = (f'<div class="cmd"><pre id="verdict-cmd">{_e(d["command"])}</pre>'
-               f'<button type="button" data-copy="verdict-cmd">Copy</button></div>') if d["command"] else ""
+        cmd = (f'<div class="cmd"><pre id="{rid}verdict-cmd">{_e(d["command"])}</pre>'
+               f'<button type="button" data-copy="{rid}verdict-cmd">Copy</button></div>') if d["command"] else ""
         fix = "".join(f"<li><code>{_e(x['flag'])} {_e(x['value'])}</code>: {_e(x['reason'])}</li>" for x in d["fixes"])
-        out.append(f'<section class="card verdict {d["severity"]}" id="verdict"><span class="sev {d["severity"]}">'
+        out.append(f'<section class="card verdict {d["severity"]}" id="{rid}verdict"><span class="sev {d["severity"]}">'
                    f'{d["severity"]}</span> <code>{_e(d["rule"])}</code><h2 style="border:0;margin:.2em 0">'
                    f'{_e(d["title"])}</h2><div class="advice">{_e(first_para)}</div>'
                    f'{"<ul>" + fix + "</ul>" if fix else ""}{cmd}</section>')
     else:
-        out.append('<section class="card verdict" id="verdict"><h2 style="border:0">No problems found</h2></section>')
+        out.append(f'<section class="card verdict" id="{rid}verdict"><h2 style="border:0">No problems found</h2>'
+                   '</section>')
     bar = budget_bar(ctx)
     if bar:
         out.append(f'<h2>Start-up memory</h2><div class="card">{bar}</div>')
     out.append(_series_charts(r))
     if r.findings:
         out.append(f"<h2>Findings ({len(r.findings)})</h2>")
-        out.extend(_finding(f, i) for i, f in enumerate(r.findings))
+        out.extend(_finding(f, i, rid) for i, f in enumerate(r.findings))
     rows = "".join(f"<tr><th>{_e(label)}</th><td>{_e(_fmt(ctx[k]))}</td></tr>" for k, label in CONTEXT_KEYS if k in ctx)
     extra = [("peak_kv_usage_pct", "peak KV usage %"), ("max_running_reqs", "max running"),
              ("max_waiting_reqs", "max waiting"), ("stats_lines", "stats lines")]
@@ -269,7 +271,7 @@ def _report(r: Report) -> str:
 
 
 def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
-    body = "\n<hr>\n".join(_report(r) for r in reports)
+    body = "\n<hr>\n".join(_report(r, f"r{n}-" if n else "") for n, r in enumerate(reports))
     title = _e(reports[0].path if len(reports) == 1 else f"{len(reports)} logs")
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
