@@ -85,10 +85,11 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     hits = matcher.finish()
     tracker.finish()
     series.finish(tracker.context)
-    hits = sorted([*hits, *matcher.series_hits(series)], key=lambda h: h.line.number)
+    windowed = matcher.series_hits(series)
     if on_hit is not None:
-        for hit in hits[seen:]:
+        for hit in [*hits[seen:len(hits) - len(windowed)], *windowed]:
             on_hit(hit)
+    hits = sorted(hits, key=lambda h: h.line.number)  # a window's hit belongs where its first line is
     findings = Advisor().findings(hits, tracker.context)
     return Report(path=path, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
                   findings=findings, redactions=dict(redactor.counts) if redactor else {},
