@@ -319,3 +319,35 @@ def tp_sizes(heads: int, tp: int) -> dict[str, int | None]:
         return pool[-1] if last else pool[0]
 
     return {"below": pick(below, True), "above": pick(above, False)}
+
+
+def size_for_peak(peak_running: float | None, peak_waiting: float | None, kv_cache_tokens: float | None = None,
+                  available_gib: float | None = None, gpu_total_gib: float | None = None,
+                  utilization: float | None = None, peak_kv_pct: float | None = None) -> dict[str, Any]:
+    """What holds the observed peak (running + waiting at once) instead of queueing or preempting it.
+
+    The running requests filled the cache, so each needs about `kv_cache_tokens x usage / running` tokens;
+    holding the queue too takes `(running + waiting) / running` times the cache: that much more KV memory
+    (a utilization, fp8 when twice is enough), or that many replicas.
+
+    >>> d = size_for_peak(40, 40, kv_cache_tokens=160000, available_gib=20.0, gpu_total_gib=80.0,
+    ...                   utilization=0.9, peak_kv_pct=100)
+    >>> d["factor"], d["tokens_per_request"], d["extra_gib"], d["utilization"], d["fp8_enough"], d["replicas"]
+    (2.0, 4000, 20.0, None, True, 2)
+    """
+    out: dict[str, Any] = {"factor": None, "tokens_per_request": None, "extra_gib": None, "utilization": None,
+                           "fp8_enough": None, "replicas": None}
+    if not peak_running or peak_running <= 0:
+        return out
+    factor = (peak_running + (peak_waiting or 0)) / peak_running
+    out["factor"] = round(factor, 2)
+    out["replicas"] = max(1, math.ceil(factor - 1e-9))
+    out["fp8_enough"] = factor <= 2.0
+    if kv_cache_tokens:
+        out["tokens_per_request"] = int(kv_cache_tokens * (peak_kv_pct or 100.0) / 100.0 / peak_running)
+    if available_gib:
+        out["extra_gib"] = round(available_gib * (factor - 1), 2)
+        if gpu_total_gib and utilization:
+            wanted = math.ceil((utilization + out["extra_gib"] / gpu_total_gib) * 100) / 100
+            out["utilization"] = wanted if wanted <= 0.98 else None
+    return out

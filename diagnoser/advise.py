@@ -236,6 +236,8 @@ def _aggregate(rule: Rule, group: list[Hit]) -> dict[str, Any]:
             facts[name] = values[0]
         elif how == "last":
             facts[name] = values[-1]
+        elif how == "list":
+            facts[name] = [v for v in values if v is not None]
     stamped = [h.line.timestamp for h in group if h.line.timestamp]
     facts["hits"] = len(group)
     facts["first_line"], facts["last_line"] = group[0].line.number, group[-1].line.number
@@ -388,7 +390,7 @@ class Advisor:
                       "stage": finding.stage})
         fixes = [f for f in (self._fix(fx, names) for fx in rule.fixes) if f]
         finding.fixes = fixes
-        if finding.severity == "error":
+        if finding.severity == "error" or (fixes and ctx.args):
             finding.command, finding.python = build_command(ctx, fixes)
         names["command"] = finding.command or ""
         finding.advice = self._text(rule.advice, names, rule)

@@ -163,6 +163,8 @@ def _diagnose_options(func: Any) -> Any:
                      help="The launch config that set the flags (SARIF locations point at it)."),
         click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
                      help="Write the report to this file instead of stdout."),
+        click.option("--series", "with_series", is_flag=True,
+                     help="JSON: add the serving phase's downsampled time series per engine (top-level `series`)."),
         click.option("--live", is_flag=True,
                      help="Announce each problem on stderr the moment it appears (for a running server)."),
     ]
@@ -212,7 +214,7 @@ def _say(hit: Any) -> None:
 
 def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rule_paths: tuple[str, ...],
                   no_redact: bool, color: bool | None, config_file: str | None, output: str | None,
-                  live: bool = False, gate: bool = False) -> int:
+                  live: bool = False, gate: bool = False, with_series: bool = False) -> int:
     """Shared by `diagnose` and `check` (`gate`): returns the exit code.
 
     An unreadable input does not hide the others: they are reported, then each bad one is named and the
@@ -246,7 +248,7 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
                 stream.close()
     if errors and not reports:
         raise click.UsageError("; ".join(errors))
-    opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
+    opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on, "series": with_series}
     if color is not None:
         opts["color"] = color
     elif output:

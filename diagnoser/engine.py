@@ -13,6 +13,8 @@ from .matcher import Hit, Matcher
 from .reader import Prefilter, ReadStats, read_lines
 from .redact import Redactor
 from .rules import Rule, builtin_rules
+from .series import KEYWORDS as SERIES_KEYWORDS
+from .series import Series
 from .tracker import Context, Tracker, landmark_keywords
 
 
@@ -28,6 +30,8 @@ class Report:
     redactions: dict[str, int] = field(default_factory=dict)
     #: the input showed a sign of vLLM (a header, the name, a setting, a finding): else it is not a vLLM log
     vllm_seen: bool = True
+    #: the serving phase over time (None when the input had no stats line, access line or scrape)
+    series: Series | None = None
 
     def counts(self) -> dict[str, int]:
         out = {"error": 0, "warning": 0, "info": 0}
@@ -77,7 +81,7 @@ def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
     if cached is not None and cached[0] is rules:
         return cached[1]
     words = [k for r in rules for p in r.patterns for k in p.keywords]
-    prefilter = Prefilter([*words, *landmark_keywords()])
+    prefilter = Prefilter([*words, *landmark_keywords(), *SERIES_KEYWORDS])
     if len(_PREFILTERS) >= 16:
         _PREFILTERS.clear()
     _PREFILTERS[id(rules)] = (rules, prefilter)  # the reference keeps the id from being reused
@@ -95,23 +99,30 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     stats = ReadStats()
     tracker = Tracker()
     matcher = Matcher(rules, tracker.context)
+    series = Series()
     seen = 0
     sniffer = _Sniffer(stream)
-    for line in read_lines(sniffer, prefilter_for(rules), redactor, stats):  # type: ignore[arg-type]
+    for line in read_lines(sniffer, prefilter_for(rules), redactor, stats,  # type: ignore[arg-type]
+                           on_block=series.access_block):
         matcher.feed(line, tracker.observe(line))
+        series.observe(line)
         if on_hit is not None and len(matcher.hits) > seen:
             for hit in matcher.hits[seen:]:
                 on_hit(hit)
             seen = len(matcher.hits)
     hits = matcher.finish()
     tracker.finish()
+    series.finish(tracker.context)
+    windowed = matcher.series_hits(series)
     if on_hit is not None:
-        for hit in hits[seen:]:
+        for hit in [*hits[seen:len(hits) - len(windowed)], *windowed]:
             on_hit(hit)
+    hits = sorted(hits, key=lambda h: h.line.number)  # a window's hit belongs where its first line is
     findings = Advisor().findings(hits, tracker.context, matcher.folds)
     return Report(path=path, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
                   findings=findings, redactions=dict(redactor.counts) if redactor else {},
-                  vllm_seen=bool(sniffer.found or findings or tracker.context.as_dict()))
+                  vllm_seen=bool(sniffer.found or findings or tracker.context.as_dict() or not series.empty),
+                  series=None if series.empty else series)
 
 
 def diagnose_text(text: str, rules: list[Rule] | tuple[Rule, ...] | None = None, redact: bool = True) -> Report:

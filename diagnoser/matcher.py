@@ -31,6 +31,8 @@ WINDOW_CHARS = 4000
 CUT_PIECE = MAX_LINE // 2
 #: distinct evidence lines a finding shows (advise) and an aggregate rule's fold keeps whole hits for
 MAX_EVIDENCE = 6
+#: values an `aggregate: list` fact keeps (the serving windows of a finding, at most)
+MAX_LISTED = 100
 
 
 @dataclass
@@ -159,9 +161,11 @@ class Fold:
         self._specific = False
         self._by_rank: dict[int, dict[str, Any]] = {}
         self._values: dict[str, list[Any]] = {}  #: name -> [count, max, min, sum, first, last]
+        self._lists: dict[str, list[Any]] = {}   #: `aggregate: list` facts, the first MAX_LISTED values
         self._first_line = self._last_line = 0
         self._first_time: str | None = None
         self._last_time: str | None = None
+        self._first_time_line = self._last_time_line = 0
 
     def add(self, hit: Hit) -> bool:
         """Fold one hit in; True when it must also be kept whole."""
@@ -170,15 +174,22 @@ class Fold:
         line = hit.line
         if line.rank is not None:
             self.ranks.add(line.rank)
-        if self.count == 1:
+        # hits arrive in line order, except a series window's (added at the end, at its first stats line)
+        if self.count == 1 or line.number < self._first_line:
             self._first_line = line.number
-        self._last_line = line.number
+        self._last_line = max(self._last_line, line.number)
         if line.timestamp:
-            self._first_time = self._first_time or line.timestamp
-            self._last_time = line.timestamp
+            if self._first_time is None or line.number < self._first_time_line:
+                self._first_time, self._first_time_line = line.timestamp, line.number
+            if line.number >= self._last_time_line:
+                self._last_time, self._last_time_line = line.timestamp, line.number
         merged = self._by_rank.setdefault(line.rank if line.rank is not None else -1, {})
         for k, v in hit.facts.items():
             merged.setdefault(k, v)
+            if hit.rule.aggregate.get(k) == "list":
+                kept = self._lists.setdefault(k, [])
+                if v is not None and len(kept) < MAX_LISTED:
+                    kept.append(v)
             acc = self._values.get(k)
             if acc is None:
                 self._values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v]
@@ -214,6 +225,8 @@ class Fold:
                 facts[name] = acc[0] if acc else 0
             elif acc is None:
                 facts.pop(name, None)
+            elif how == "list":
+                facts[name] = list(self._lists.get(name, []))
             else:
                 facts[name] = acc[{"max": 1, "min": 2, "sum": 3, "first": 4, "last": 5}[how]]
         facts["hits"] = self.count
@@ -251,6 +264,30 @@ class Matcher:
         while self._pending:
             self._match_first()
         return self.hits
+
+    def series_hits(self, series: Any) -> list[Hit]:
+        """Hits of the rules' `series:` entries: one per window the serving series found (or per engine for
+        whole-series summaries), filtered by the entry's and the rule's `when` like any line's hit."""
+        ctx = self._ctx_source.as_dict() if self._ctx_source is not None else {}
+        out: list[Hit] = []
+        for rule, pattern, _ in self.entries:
+            if pattern.series is None:
+                continue
+            for facts, evidence in series.candidates(pattern.series):
+                scope = template_names(facts, ctx)
+                if pattern.when and not self.ev.truth(pattern.when, scope):
+                    continue
+                if rule.when and not self.ev.truth(rule.when, template_names(
+                        derive_facts(rule, facts, ctx, self.ev, "serving"), ctx)):
+                    continue
+                line = evidence[0] if evidence else Line(number=0, text="", raw="")
+                hit = Hit(rule=rule, pattern=pattern, line=line, end_line=line.number, stage="serving",
+                          fine_stage="serving", facts=facts, evidence=evidence)
+                if rule.aggregate:
+                    self.folds.setdefault(rule.id, Fold(MAX_EVIDENCE)).add(hit)
+                out.append(hit)
+        self.hits.extend(out)
+        return out
 
     # -- internals -----------------------------------------------------------------------------------
 

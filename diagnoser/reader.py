@@ -334,11 +334,13 @@ def _trie(words: list[bytes]) -> bytes:
 
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
-               stats: ReadStats | None = None) -> Iterator[Line]:
+               stats: ReadStats | None = None,
+               on_block: Callable[[int, bytes], None] | None = None) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
-    the FOLLOW lines after each.
+    the FOLLOW lines after each. `on_block(first_line_number, block)` sees each block of whole raw lines
+    before its lines are yielded (what is counted rather than read: access lines).
     """
     st = stats if stats is not None else ReadStats()
     carry = b""
@@ -365,6 +367,8 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
         lines_in_block = block.count(b"\n")
+        if on_block is not None:
+            on_block(number, block)
         if prefilter is not None and st.bytes > PASTE_MAX:
             # past the paste-sized start: the same lines, found without a pass over each line of the block
             # (request-logger and access lines are skipped where the search lands, not blanked beforehand)
@@ -381,6 +385,8 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             pending_follow = _follow_after(block, prefilter)
         number += lines_in_block
     if carry:  # a last line without a newline (a truncated log)
+        if on_block is not None:
+            on_block(number, carry + b"\n")
         yield from _block_lines(carry + b"\n", number, prefilter, redact, pending_follow, st)
         number += 1
     st.lines = number

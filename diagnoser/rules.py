@@ -21,6 +21,7 @@ import regex
 from . import datafiles, safeyaml
 from .errors import InputError, LimitError
 from .regexcheck import catastrophic
+from .series import SERIES_FACTS
 from .stages import STAGES
 
 if TYPE_CHECKING:
@@ -30,14 +31,14 @@ if TYPE_CHECKING:
 
 SEVERITIES = ("error", "warning", "info")
 FACT_TYPES = ("int", "float", "str", "gib", "size", "bytes", "list")
-AGGREGATES = ("max", "min", "sum", "first", "last", "count")
+AGGREGATES = ("max", "min", "sum", "first", "last", "count", "list")
 
 RULE_KEYS = {
     "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
     "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "catalog",
     "overrides", "keep_when",
 }
-PATTERN_KEYS = {"phrase", "regex", "threshold", "keywords", "generic", "stages", "catalog", "when"}
+PATTERN_KEYS = {"phrase", "regex", "series", "threshold", "keywords", "generic", "stages", "catalog", "when"}
 FIX_KEYS = {"flag", "value", "reason", "when", "env"}
 CASE_KEYS = {"match", "near_miss"}
 MATCH_CASE_KEYS = {"name", "text", "facts", "stage", "context", "advice_contains", "line", "finding_stage",
@@ -83,6 +84,8 @@ class Pattern:
     catalog: list[str]
     #: `when` names only extracted facts: it can be tested before the (costlier) derived facts exist
     when_early: bool = False
+    #: a window kind of the serving series (series.SERIES_FACTS): matched once per window, not per line
+    series: str | None = None
 
 
 @dataclass
@@ -372,12 +375,16 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
         threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
         if not 0 <= threshold <= 100:
             raise RuleError(path, f"{key}.threshold", "a score from 0 to 100")
-        phrase, rx = item.get("phrase"), item.get("regex")
-        if bool(phrase) == bool(rx):
-            raise RuleError(path, key, "give exactly one of phrase: or regex:")
+        phrase, rx, series = item.get("phrase"), item.get("regex"), item.get("series")
+        if sum(bool(x) for x in (phrase, rx, series)) != 1:
+            raise RuleError(path, key, "give exactly one of phrase:, regex: or series:")
+        if series and series not in SERIES_FACTS:
+            raise RuleError(path, f"{key}.series", f"{series!r}; one of {', '.join(SERIES_FACTS)}")
         compiled = _compile(rx, path, f"{key}.regex", trusted) if rx else None
         keywords = item.get("keywords") or (derive_keywords(phrase) if phrase else None)
-        if not keywords:
+        if series:
+            keywords = []
+        elif not keywords:
             raise RuleError(path, f"{key}.keywords", "a regex entry needs literal keywords: for the prefilter")
         stages = item.get("stages")
         if stages is not None:
@@ -391,7 +398,7 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
         patterns.append(Pattern(
             phrase=phrase, regex=compiled, threshold=threshold,
             keywords=[str(k) for k in keywords], generic=bool(item.get("generic")), stages=stages,
-            when=when, catalog=list(item.get("catalog") or []),
+            when=when, catalog=list(item.get("catalog") or []), series=series,
         ))
 
     extractors = []
@@ -432,6 +439,8 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
     for p in patterns:
         if p.regex is not None:
             groups |= set(p.regex.groupindex)
+        if p.series:
+            groups |= set(SERIES_FACTS[p.series])
     produced |= groups
     for name in facts:
         if name not in groups and name not in rule.derive:

@@ -140,6 +140,7 @@ def test_golden_two_inputs(fmt):
 
 def test_every_golden_file_is_used():
     expected = {f"{log}.{EXT[fmt]}" for log in (*GOLDEN_LOGS, *PINNED_LOGS) for fmt in MY_FORMATS}
+    expected.add(HTML_GOLDEN)
     expected |= {f"two-inputs.{EXT[fmt]}" for fmt in MY_FORMATS}
     expected |= {f"fixture-{log}.{EXT[fmt]}" for log in FIXTURE_LOGS for fmt in MY_FORMATS}
     present = {p.name for p in GOLDEN.iterdir() if p.is_file() and not p.name.startswith(".")}
@@ -581,3 +582,15 @@ def test_output_file_and_format_auto_in_actions(monkeypatch, capsys, tmp_path):
 def test_report_dict_is_the_contract_used():
     report = run_report(LOGS / "preemption.log")
     assert report_dict(report)["findings"][0] == finding_dict(report.findings[0])
+
+
+HTML_GOLDEN = "fixture-serving-v1-dp2-0.10.html"
+
+
+def test_golden_html():
+    """--format html over a data-parallel serving log: one self-contained page (nothing fetched)."""
+    report = run_report(ROOT / "fixtures" / "serving-v1-dp2-0.10.log", "fixtures/serving-v1-dp2-0.10.log")
+    page = render("html", [report])
+    assert not re.search(r'(?:src|href)\s*=\s*"(?:https?:)?//', page)  # no fetched script, font or style
+    assert "@import" not in page and page.count("<svg") >= 4
+    check_golden(HTML_GOLDEN, page)

@@ -262,6 +262,10 @@ def test_pasted_log_gives_the_same_answer(name, transform):
         pytest.skip("the last line is the message itself: a paste cut inside it cannot give the same answer")
     if transform == "flattened" and "wrapped" in name:
         pytest.skip("flattening an already wrapped paste turns each cut into a space: '407 04' is two numbers")
+    if transform == "flattened" and name.endswith((".prom", ".txt")):
+        pytest.skip("a Prometheus exposition flattened onto one line: not a shape a scrape is shared in")
+    if transform.startswith(("wrap", "quoted+wrap")) and len(spec["text"]) > 100_000:
+        pytest.skip("hours of stats lines are a file, not a paste through a terminal window")
     finding, context = _diagnose(TRANSFORMS[transform](spec["text"]))
     assert finding.rule.id == base.rule.id == spec["rule"], (transform, finding.rule.id)
     for key, want in spec["facts"].items():

@@ -23,6 +23,7 @@ FORMATS = {
     "github": "github",
     "markdown": "markdown",
     "otel": "otel",
+    "html": "html",
 }
 
 #: `scan --format` name -> module in this package. Each has write(docs, out, opts): it streams the scan's

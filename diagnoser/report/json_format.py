@@ -10,5 +10,5 @@ from .model import report_dict
 
 
 def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
-    docs = [report_dict(r) for r in reports]
+    docs = [report_dict(r, series=bool((opts or {}).get("series"))) for r in reports]
     return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, ensure_ascii=False, default=str) + "\n"

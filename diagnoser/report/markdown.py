@@ -159,7 +159,8 @@ def _finding(fd: dict[str, Any], number: int, level: str) -> list[str]:
         where.append(f"seen {fd['occurrences']} times")
     out.append("*" + " · ".join(where) + "*")
     if fd["facts"]:
-        out += ["", "**Numbers:** " + " · ".join(f"{k} {_value(v)}" for k, v in fd["facts"].items())]
+        out += ["", "**Numbers:** " + " · ".join(f"{k} {len(v) if k == 'windows' else _value(v)}"
+                                                 for k, v in fd["facts"].items())]
     if fd["advice"]:
         out += ["", advice_markdown(fd["advice"])]
     if fd["command"]:

@@ -34,8 +34,8 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     return out
 
 
-def report_dict(r: Report) -> dict[str, Any]:
-    """One input's report: the whole JSON contract."""
+def report_dict(r: Report, series: bool = False) -> dict[str, Any]:
+    """One input's report: the whole JSON contract (`series`: add the downsampled serving series)."""
     out = {
         "schema_version": SCHEMA_VERSION,
         "tool": dict(TOOL),
@@ -47,6 +47,8 @@ def report_dict(r: Report) -> dict[str, Any]:
     }
     if not getattr(r, "vllm_seen", True):
         out["notes"] = [no_vllm_note(r)]
+    if series:
+        out["series"] = r.series.to_dict() if r.series is not None else None
     return out
 
 

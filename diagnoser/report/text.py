@@ -40,7 +40,44 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _finding(f: Finding, index: int, paint: Any) -> list[str]:
+SPARKS = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 60
+
+
+def sparkline(values: list[float], top: float | None = None) -> str:
+    """Values as one line of block characters, resampled to SPARK_WIDTH (the max of each slot).
+
+    >>> sparkline([0, 50, 100], top=100)
+    '▁▅█'
+    """
+    if not values:
+        return ""
+    if len(values) > SPARK_WIDTH:
+        n = len(values)
+        values = [max(values[i * n // SPARK_WIDTH:max((i + 1) * n // SPARK_WIDTH, i * n // SPARK_WIDTH + 1)])
+                  for i in range(SPARK_WIDTH)]
+    top = top or max(values) or 1.0
+    return "".join(SPARKS[min(int(v / top * (len(SPARKS) - 1) + 0.5), len(SPARKS) - 1)] for v in values)
+
+
+def _sparks(f: Finding, report: Report | None) -> list[str]:
+    """KV % and waiting over the whole serving time, for a finding with windows."""
+    if report is None or report.series is None or not f.facts.get("windows"):
+        return []
+    s = report.series
+    engine = str(f.facts["windows"][0].get("engine", "0"))
+    track = s.tracks.get(engine) or next(iter(s.tracks.values()))
+    out = []
+    for name, label, top in (("kv_pct", "KV %   ", 100.0), ("waiting", "waiting", None)):
+        vals = [b["f"][name][1] for b in track.buckets.items if name in b["f"]]
+        if vals:
+            out.append(f"   {label} {sparkline(vals, top)} max {_fmt(max(vals))}")
+    if out and track.first_t is not None and track.last_t is not None:
+        out.append(f"           {s.clock.label(track.first_t)} .. {s.clock.label(track.last_t)}")
+    return out
+
+
+def _finding(f: Finding, index: int, paint: Any, report: Report | None = None) -> list[str]:
     head = f"{paint(f.severity, f.severity.upper())} [{f.rule.id}] {paint('bold', f.title)}"
     where = f"stage: {f.stage or 'unknown'}" + (f" ({f.fine_stage})" if f.fine_stage else "")
     where += f", line {f.line}" + (f"-{f.end_line}" if f.end_line > f.line else "")
@@ -52,8 +89,11 @@ def _finding(f: Finding, index: int, paint: Any) -> list[str]:
     for ln in f.evidence:
         out.append(paint("dim", f"   {ln.number:>6} | {ln.raw[:300]}"))
     if f.facts:
-        numbers = ", ".join(f"{k}={_fmt(v)}" for k, v in f.facts.items() if not k.startswith("_") and v is not None)
+        numbers = ", ".join(f"{k}={len(v) if k == 'windows' else _fmt(v)}" for k, v in f.facts.items()
+                            if not k.startswith("_") and v is not None
+                            and (k == "windows" or not isinstance(v, (dict, list)) or k == "ranks"))
         out.append(f"   numbers: {numbers}")
+    out.extend(_sparks(f, report))
     if f.advice:
         out.append("")
         out.extend("   " + line if line else "" for line in f.advice.splitlines())
@@ -86,7 +126,7 @@ def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
                                               or r.context.engine_ready else ""))
         for i, f in enumerate(r.findings, 1):
             out.append("")
-            out.extend(_finding(f, i, paint))
+            out.extend(_finding(f, i, paint, r))
         c = r.counts()
         tail = f"{c['error']} error(s), {c['warning']} warning(s), {c['info']} info"
         if r.redactions:

@@ -1,0 +1,280 @@
+"""`--format html`: one self-contained page a person would rather look at than read.
+
+Nothing is fetched: the style and the copy button's few lines of script are inline, the charts are SVG
+drawn here (no plotting dependency, so the command starts as fast as ever). Order: the verdict and its
+command first, the start-up memory budget as one stacked bar, the serving timelines on one time axis with
+the saturation windows shaded, every finding with its evidence, and the context. Readable on a phone
+(one column, fluid SVG) and in dark mode (prefers-color-scheme); every chart has a title, axis labels with
+units and a text alternative.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from ..engine import Report
+from .model import finding_dict
+from .text import CONTEXT_KEYS, _fmt
+
+W, H, PAD_L, PAD_R, PAD_T, PAD_B = 720, 150, 56, 12, 26, 28
+
+STYLE = """
+:root{--bg:#fff;--fg:#1b1f24;--mut:#5b6470;--card:#f5f7fa;--line:#d5dae1;--err:#c62828;--warn:#b26a00;
+--info:#1565c0;--sat:rgba(229,57,53,.16);--c1:#1e88e5;--c2:#e53935;--c3:#43a047;--c4:#8e24aa;--c5:#fb8c00}
+@media (prefers-color-scheme:dark){:root{--bg:#111418;--fg:#e6e9ee;--mut:#9aa4b1;--card:#1b2027;--line:#333b46;
+--err:#ef5350;--warn:#ffb74d;--info:#64b5f6;--sat:rgba(239,83,80,.22);--c1:#64b5f6;--c2:#ef5350;--c3:#81c784;
+--c4:#ce93d8;--c5:#ffb74d}}
+*{box-sizing:border-box}body{margin:0;background:var(--bg);color:var(--fg);
+font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
+main{max-width:960px;margin:0 auto;padding:16px}h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;
+margin:1.4em 0 .5em;border-bottom:1px solid var(--line);padding-bottom:.2em}h3{font-size:1em;margin:.4em 0}
+.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 14px;margin:10px 0}
+.verdict{border-left:6px solid var(--mut)}.verdict.error{border-left-color:var(--err)}
+.verdict.warning{border-left-color:var(--warn)}.verdict.info{border-left-color:var(--info)}
+.sev{font-weight:700;text-transform:uppercase;font-size:.8em;letter-spacing:.04em}
+.sev.error{color:var(--err)}.sev.warning{color:var(--warn)}.sev.info{color:var(--info)}
+code,pre{font:13px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+pre{white-space:pre-wrap;word-break:break-word;margin:.4em 0}.cmd{display:flex;gap:8px;align-items:flex-start}
+.cmd pre{flex:1;background:var(--bg);border:1px solid var(--line);border-radius:6px;padding:8px}
+button{font:inherit;padding:6px 12px;border-radius:6px;border:1px solid var(--line);background:var(--bg);
+color:var(--fg);cursor:pointer}.advice{white-space:pre-wrap}.ev{color:var(--mut);overflow-x:auto}
+table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);
+vertical-align:top}th{color:var(--mut);font-weight:600;width:40%}svg{width:100%;height:auto;display:block}
+svg text{fill:var(--mut);font:11px system-ui,sans-serif}svg .title{fill:var(--fg);font-weight:600;font-size:12px}
+.grid{stroke:var(--line);stroke-width:1}.sat{fill:var(--sat)}.legend{font-size:.85em;color:var(--mut)}
+.sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin:0 4px 0 10px;vertical-align:middle}
+.muted{color:var(--mut)}@media (max-width:600px){main{padding:10px}.cmd{flex-direction:column}th{width:auto}}
+"""
+
+SCRIPT = """
+document.querySelectorAll('button[data-copy]').forEach(function(b){b.addEventListener('click',function(){
+var t=document.getElementById(b.getAttribute('data-copy')).textContent;function done(){b.textContent='Copied';
+setTimeout(function(){b.textContent='Copy'},1500)}if(navigator.clipboard&&window.isSecureContext){
+navigator.clipboard.writeText(t).then(done,fallback)}else{fallback()}
+function fallback(){var a=document.createElement('textarea');
+a.value=t;document.body.appendChild(a);a.select();try{document.execCommand('copy');done()}catch(e){}a.remove()}})});
+"""
+
+#: (title, unit, [(field, label, colour var)], y max or None)
+TIMELINES = (
+    ("KV cache usage", "%", [("kv_pct", "GPU KV cache", "--c2"), ("cpu_kv_pct", "CPU KV cache (V0 swap)", "--c5")],
+     100.0),
+    ("Requests running and waiting", "requests", [("running", "running", "--c1"), ("waiting", "waiting", "--c2")],
+     None),
+    ("Throughput", "tokens/s", [("prompt_tps", "prompt", "--c4"), ("gen_tps", "generation", "--c3")], None),
+    ("Preemptions", "per interval", [("preemptions", "preemptions", "--c2")], None),
+    ("Failed requests", "per interval", [("errors", "5xx / 429", "--c2")], None),
+)
+#: a second data-parallel engine's colour for the same field
+OTHER_ENGINE = {"--c1": "--c4", "--c2": "--c5", "--c3": "--c1", "--c4": "--c3", "--c5": "--c2"}
+BUDGET = (("weights_gib", "weights", "--c1"), ("activation_peak_gib", "activations", "--c4"),
+          ("non_torch_gib", "non-torch", "--c5"), ("cuda_graph_gib", "CUDA graphs", "--c3"),
+          ("available_kv_cache_gib", "KV cache", "--c2"))
+
+
+def _e(value: Any) -> str:
+    return escape(str(value), quote=True)
+
+
+def _nice_max(v: float) -> float:
+    if v <= 0:
+        return 1.0
+    for exp in range(-2, 9):
+        for m in (1, 2, 2.5, 5):
+            step = m * 10 ** exp
+            if step >= v:
+                return float(step)
+    return v
+
+
+def _tick(v: float) -> str:
+    return f"{v:,.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
+
+
+def timeline(title: str, unit: str, series: list[tuple[str, list[tuple[float, float, float]], str]],
+             t0: float, t1: float, shade: list[tuple[float, float]], labels: tuple[str, str], ymax: float | None,
+             cid: str) -> str:
+    """One chart: lines of (t, mean, max) per series on the shared time axis, saturation windows shaded."""
+    span = max(t1 - t0, 1e-9)
+    top = ymax or _nice_max(max((p[2] for _, pts, _ in series for p in pts), default=1.0) * 1.05)
+    iw, ih = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+
+    def x(t: float) -> float:
+        return PAD_L + (t - t0) / span * iw
+
+    def y(v: float) -> float:
+        return PAD_T + ih - min(max(v / top, 0.0), 1.0) * ih
+
+    parts = [f'<svg viewBox="0 0 {W} {H}" role="img" aria-labelledby="{cid}-t {cid}-d" class="chart" '
+             f'data-chart="{_e(title)}">',
+             f'<title id="{cid}-t">{_e(title)} ({_e(unit)}) over time</title>']
+    desc = "; ".join(f"{label}: peak {_tick(max((p[2] for p in pts), default=0))} {unit}"
+                     for label, pts, _ in series if pts)
+    parts.append(f'<desc id="{cid}-d">{_e(desc)}; {len(shade)} saturation window(s) shaded.</desc>')
+    parts.append(f'<text class="title" x="{PAD_L}" y="14">{_e(title)}</text>')
+    for xa, xb in shade:
+        a, b = x(max(xa, t0)), x(min(xb, t1))
+        parts.append(f'<rect class="sat" x="{a:.1f}" y="{PAD_T}" width="{max(b - a, 2):.1f}" height="{ih}">'
+                     f'<title>saturated</title></rect>')
+    for i in range(5):
+        v = top * i / 4
+        yy = y(v)
+        parts.append(f'<line class="grid" x1="{PAD_L}" x2="{W - PAD_R}" y1="{yy:.1f}" y2="{yy:.1f}"/>'
+                     f'<text x="{PAD_L - 6}" y="{yy + 4:.1f}" text-anchor="end">{_tick(v)}</text>')
+    parts.append(f'<text x="12" y="{PAD_T + ih / 2:.0f}" transform="rotate(-90 12 {PAD_T + ih / 2:.0f})" '
+                 f'text-anchor="middle">{_e(unit)}</text>')
+    parts.append(f'<text x="{PAD_L}" y="{H - 8}">{_e(labels[0])}</text>'
+                 f'<text x="{W - PAD_R}" y="{H - 8}" text-anchor="end">{_e(labels[1])}</text>'
+                 f'<text x="{PAD_L + iw / 2:.0f}" y="{H - 8}" text-anchor="middle">time (log clock)</text>')
+    for _label, pts, colour in series:
+        if not pts:
+            continue
+        band = " ".join(f"{x(t):.1f},{y(hi):.1f}" for t, _, hi in pts)
+        line = " ".join(f"{x(t):.1f},{y(mean):.1f}" for t, mean, _ in pts)
+        parts.append(f'<polyline points="{band}" fill="none" stroke="var({colour})" stroke-opacity=".35" '
+                     f'stroke-width="1"/>')
+        parts.append(f'<polyline class="series" points="{line}" fill="none" stroke="var({colour})" '
+                     f'stroke-width="1.8"/>')
+    parts.append("</svg>")
+    legend = "".join(f'<span class="sw" style="background:var({c})"></span>{_e(lb)} (mean; faint: max)'
+                     for lb, pts, c in series if pts)
+    return "".join(parts) + f'<div class="legend">{legend}<span class="sw sat" ' \
+                            f'style="background:var(--sat)"></span>saturated</div>'
+
+
+def budget_bar(ctx: dict[str, Any]) -> str:
+    """The start-up memory budget as one stacked bar against the GPU's total and the utilization line."""
+    total = ctx.get("gpu_total_gib")
+    util = ctx.get("gpu_memory_utilization")
+    parts = [(label, float(ctx[key]), colour) for key, label, colour in BUDGET if ctx.get(key)]
+    if not parts:
+        return ""
+    used = sum(v for _, v, _ in parts)
+    budget = total * util if total and util else None
+    full = total or (budget if budget else used)
+    full = max(full, used)
+    if budget and budget > used:
+        parts.append(("unreserved in budget", budget - used, "--line"))
+    iw = W - PAD_L - PAD_R
+    svg = [f'<svg viewBox="0 0 {W} 96" role="img" aria-labelledby="budget-t budget-d" class="chart" '
+           'data-chart="budget">',
+           '<title id="budget-t">Start-up GPU memory budget (GiB)</title>']
+    svg.append('<desc id="budget-d">' + _e(", ".join(f"{lb} {v:.2f} GiB" for lb, v, _ in parts)
+                                             + (f"; GPU total {total:.2f} GiB" if total else "")
+                                             + (f"; utilization {util}" if util else "")) + "</desc>")
+    svg.append(f'<text class="title" x="{PAD_L}" y="14">GPU memory at start-up (GiB)</text>')
+    xpos = PAD_L
+    for label, v, colour in parts:
+        wdt = v / full * iw
+        svg.append(f'<rect x="{xpos:.1f}" y="24" width="{max(wdt, .5):.1f}" height="30" fill="var({colour})">'
+                   f'<title>{_e(label)}: {v:.2f} GiB</title></rect>')
+        if wdt > 44:
+            svg.append(f'<text x="{xpos + 4:.1f}" y="43" style="fill:#fff">{v:.1f}</text>')
+        xpos += wdt
+    if budget:
+        bx = PAD_L + budget / full * iw
+        svg.append(f'<line x1="{bx:.1f}" x2="{bx:.1f}" y1="18" y2="60" stroke="var(--fg)" stroke-dasharray="4 3"/>'
+                   f'<text x="{bx:.1f}" y="74" text-anchor="middle">utilization {util} = {budget:.1f} GiB</text>')
+    svg.append(f'<text x="{PAD_L}" y="90">0</text><text x="{W - PAD_R}" y="90" text-anchor="end">'
+               f'{full:.1f} GiB{" (GPU total)" if total else ""}</text></svg>')
+    legend = "".join(f'<span class="sw" style="background:var({c})"></span>{_e(lb)} {v:.2f} GiB' for lb, v, c in parts)
+    return "".join(svg) + f'<div class="legend">{legend}</div>'
+
+
+def _series_charts(r: Report) -> str:
+    s = r.series
+    if s is None:
+        return ""
+    tracks = sorted(s.tracks.items())
+    t0 = min((t.first_t for _, t in tracks if t.first_t is not None), default=0.0)
+    t1 = max((t.last_t for _, t in tracks if t.last_t is not None), default=1.0)
+    shade = [(w.start - w.step, w.end) for w in s.windows("saturation")]
+    labels = (s.clock.label(t0), s.clock.label(t1))
+    out = []
+    for i, (title, unit, fields, ymax) in enumerate(TIMELINES):
+        lines = []
+        for name, label, colour in fields:
+            for idx, (engine, track) in enumerate(tracks):
+                pts = [(b["t0"], b["f"][name][2] / b["f"][name][3], b["f"][name][1])
+                       for b in track.buckets.items if name in b["f"]]
+                if name in ("preemptions", "errors", "cpu_kv_pct") and not any(p[2] for p in pts):
+                    continue
+                lab = label if len(tracks) == 1 else f"{label}, engine {engine}"
+                lines.append((lab, pts, colour if idx == 0 else OTHER_ENGINE.get(colour, colour)))
+        if not lines:
+            continue
+        out.append(f'<div class="card">{timeline(title, unit, lines, t0, t1, shade, labels, ymax, f"c{i}")}</div>')
+    source = "Prometheus /metrics scrapes" if s.source == "metrics" else "the stats lines"
+    head = (f'<p class="muted">From {_e(source)}: '
+            f'{_e(labels[0])} to {_e(labels[1])}, {len(tracks)} engine(s), '
+            f'{sum(t.points for _, t in tracks):,} points (charts show at most '
+            f'{max(t.buckets.capacity for _, t in tracks)} per engine; windows are exact).</p>')
+    return "<h2>Serving over time</h2>" + head + "".join(out)
+
+
+def _finding(f: Any, i: int, rid: str = "") -> str:
+    d = finding_dict(f)
+    facts = {k: v for k, v in d["facts"].items() if not isinstance(v, (list, dict))}
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>" for k, v in facts.items())
+    windows = d["facts"].get("windows") or []
+    wrows = "".join("<tr>" + "".join(f"<td>{_e(w.get(k, ''))}</td>" for k in
+                                     ("start", "end", "seconds", "peak_kv_usage_pct", "max_waiting", "preemptions"))
+                    + "</tr>" for w in windows[:20])
+    wtable = (f'<h3>Windows ({len(windows)})</h3><table><tr><th>start</th><th>end</th><th>s</th><th>peak KV %</th>'
+              f'<th>max waiting</th><th>preemptions</th></tr>{wrows}</table>') if windows else ""
+    ev = "".join(f"<pre class=\"ev\">{ln['line']:>6} | {_e(ln['text'][:400])}</pre>" for ln in d["evidence"])
+    cmd = ""
+    if d["command"]:
+        cmd = (f'<div class="cmd"><pre id="{rid}cmd-{i}">{_e(d["command"])}</pre>'
+               f'<button type="button" data-copy="{rid}cmd-{i}">Copy</button></div>')
+    return (f'<div class="card finding" id="f-{i}"><span class="sev {d["severity"]}">{d["severity"]}</span> '
+            f'<code>{_e(d["rule"])}</code><h3>{_e(d["title"])}</h3>'
+            f'<div class="muted">stage {_e(d["stage"])}, line {d["line"]}, seen {d["occurrences"]} time(s)</div>'
+            f'<div class="advice">{_e(d["advice"])}</div>{cmd}{wtable}<h3>Evidence</h3>{ev}'
+            f'<details><summary>Numbers</summary><table>{rows}</table></details></div>')
+
+
+def _report(r: Report, rid: str = "") -> str:
+    """One input's page section; `rid` prefixes element ids when one page holds several inputs."""
+    ctx = r.context.as_dict()
+    out = [f"<h1>vllm-doctor: {_e(r.path)}</h1>",
+           f'<p class="muted">{r.lines:,} lines, {r.bytes:,} bytes</p>']
+    if r.findings:
+        f = r.findings[0]
+        d = finding_dict(f)
+        first_para = d["advice"].split("\n\n")[0]
+        cmd = (f'<div class="cmd"><pre id="{rid}verdict-cmd">{_e(d["command"])}</pre>'
+               f'<button type="button" data-copy="{rid}verdict-cmd">Copy</button></div>') if d["command"] else ""
+        fix = "".join(f"<li><code>{_e(x['flag'])} {_e(x['value'])}</code>: {_e(x['reason'])}</li>" for x in d["fixes"])
+        out.append(f'<section class="card verdict {d["severity"]}" id="{rid}verdict"><span class="sev {d["severity"]}">'
+                   f'{d["severity"]}</span> <code>{_e(d["rule"])}</code><h2 style="border:0;margin:.2em 0">'
+                   f'{_e(d["title"])}</h2><div class="advice">{_e(first_para)}</div>'
+                   f'{"<ul>" + fix + "</ul>" if fix else ""}{cmd}</section>')
+    else:
+        out.append(f'<section class="card verdict" id="{rid}verdict"><h2 style="border:0">No problems found</h2>'
+                   '</section>')
+    bar = budget_bar(ctx)
+    if bar:
+        out.append(f'<h2>Start-up memory</h2><div class="card">{bar}</div>')
+    out.append(_series_charts(r))
+    if r.findings:
+        out.append(f"<h2>Findings ({len(r.findings)})</h2>")
+        out.extend(_finding(f, i, rid) for i, f in enumerate(r.findings))
+    rows = "".join(f"<tr><th>{_e(label)}</th><td>{_e(_fmt(ctx[k]))}</td></tr>" for k, label in CONTEXT_KEYS if k in ctx)
+    extra = [("peak_kv_usage_pct", "peak KV usage %"), ("max_running_reqs", "max running"),
+             ("max_waiting_reqs", "max waiting"), ("stats_lines", "stats lines")]
+    rows += "".join(f"<tr><th>{_e(label)}</th><td>{_e(_fmt(ctx[k]))}</td></tr>" for k, label in extra if k in ctx)
+    if rows:
+        out.append(f'<h2>Context</h2><div class="card"><table>{rows}</table></div>')
+    return "\n".join(out)
+
+
+def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
+    body = "\n<hr>\n".join(_report(r, f"r{n}-" if n else "") for n, r in enumerate(reports))
+    title = _e(reports[0].path if len(reports) == 1 else f"{len(reports)} logs")
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+            "<meta name=\"color-scheme\" content=\"light dark\">"
+            f"<title>vllm-doctor: {title}</title><style>{STYLE}</style></head><body><main>\n{body}\n"
+            f"</main><script>{SCRIPT}</script></body></html>\n")

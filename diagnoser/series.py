@@ -1,0 +1,755 @@
+"""Track the serving phase over time: stats lines, access lines and /metrics scrapes -> one series per engine.
+
+What vLLM says about itself under load is periodic: V0's "Avg prompt throughput ... Pending: N reqs, GPU KV
+cache usage: X%, CPU KV cache usage: Y%", V1's "Engine 000: ... Waiting: N reqs, GPU KV cache usage: X%,
+Prefix cache hit rate: Y%" (one line per data-parallel engine; later releases add "Preemptions: N"), V0's
+preemption warnings with their cumulative count, uvicorn's access lines (status codes), and Prometheus
+scrapes of `/metrics`. Each becomes a point in time (the log's own clock; the year is often missing).
+
+Memory stays flat on a log of any length: the points kept for charts are downsampled into a bounded number
+of buckets (min/max/mean each), while the detectors that find windows (saturation, a growing queue, a
+throughput collapse, an error burst) run on every point as it arrives, so each window is exact.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import math
+import re
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .metrics import KEYWORDS as METRIC_KEYWORDS
+from .metrics import MetricsReader, Scrape
+from .reader import Line
+
+MAX_BUCKETS = 600        #: points kept per engine for charts (each a bucket of raw points)
+MAX_WINDOWS = 100        #: windows listed per detector (all of them are counted)
+DEFAULT_STEP = 10.0      #: seconds between stats lines when the log has no clock (vLLM's default interval)
+MERGE_GAP = 60.0         #: saturated points closer than this belong to one window
+SATURATED_KV_PCT = 95.0  #: KV cache usage at which a queue means vLLM is out of cache
+COLLAPSE_HISTORY = 6     #: points that make the throughput reference before a collapse
+FIELDS = ("kv_pct", "running", "waiting", "prompt_tps", "gen_tps", "preemptions", "swapped", "cpu_kv_pct",
+          "prefix_hit_pct", "requests", "errors", "ttft_s", "e2e_s")
+
+_WINDOW_FACTS = ("start", "end", "seconds", "peak_kv_usage_pct", "max_waiting", "preemptions", "engine", "points",
+                 "kv_usage_pct", "waiting", "running", "series_preemptions", "source", "_window", "_finished",
+                 "_interval", "_serving_seconds", "_saturated_seconds")
+#: What a rule's `series: KIND` entry matches, and the facts each match carries.
+SERIES_FACTS: dict[str, tuple[str, ...]] = {
+    "saturation": _WINDOW_FACTS,
+    "queue-growth": (*_WINDOW_FACTS, "growth_per_min", "sustained_gen_tps", "recovered"),
+    "throughput-collapse": (*_WINDOW_FACTS, "baseline_gen_tps", "collapsed_gen_tps", "cause"),
+    "error-burst": (*_WINDOW_FACTS, "errors", "requests", "status_codes", "error_rate_pct"),
+    "prefix-cache": ("prefix_hit_pct", "max_prefix_hit_pct", "points", "seconds", "engine", "peak_kv_usage_pct",
+                     "source", "_serving_seconds", "_saturated_seconds"),
+}
+
+#: Lines the series reads: the reader's prefilter must keep them.
+KEYWORDS = ("Avg prompt throughput", "KV cache usage:", "Running:", "RUNNING:", "Preemptions:", "is preempted by",
+            "Prefix cache hit rate", *METRIC_KEYWORDS)
+
+ENGINE = re.compile(r"\bEngine (\d+): |\b(\d+) Engines Aggregated: ")
+STAT_FIELDS = {
+    "prompt_tps": re.compile(r"Avg prompt throughput: ([\d.]+) tokens/s"),
+    "gen_tps": re.compile(r"(?:Avg generation throughput|^Throughput): ([\d.]+) tokens/s"),
+    "running": re.compile(r"(?:Running: |RUNNING: )(\d+)"),
+    "waiting": re.compile(r"(?:Waiting: |Pending: |WAITING: )(\d+)"),
+    "swapped": re.compile(r"Swapped: (\d+) reqs"),
+    "preemptions": re.compile(r"Preemptions: (\d+)"),
+    "prefix_hit_pct": re.compile(r"Prefix cache hit rate: (?:GPU: )?([\d.]+)%"),
+}
+KV_USAGE = re.compile(r"\b([A-Z]+) KV cache usage: ([\d.]+)%")
+V0_PREEMPTED = re.compile(r"is preempted by PreemptionMode\.\w+.*?(?:total_num_cumulative_preemption=(\d+))?$")
+ISO_TIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
+VLLM_TIME = re.compile(r"^(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$")
+#: raw-block markers: where a stats line starts a new interval; an access line's status code
+STATS_MARK = b"Avg prompt throughput"
+BLOCK_ERROR = re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b')
+
+
+class Clock:
+    """The log's own clock -> seconds. vLLM's header has no year: a year-less clock counts from 2000 (a leap
+    year, so 02-29 parses) and steps a year when the date runs backwards (a log across New Year)."""
+
+    def __init__(self) -> None:
+        self.year_known = False
+        self.relative = False
+        self._year = 2000
+        self._last: float | None = None
+
+    def of_line(self, line: Line) -> float | None:
+        m = ISO_TIME.match(line.raw)
+        if m:
+            y, mo, d, h, mi, s = (int(g) for g in m.groups())
+            self.year_known = True
+            return self._stamp(y, mo, d, h, mi, s)
+        if line.timestamp:
+            m = VLLM_TIME.match(line.timestamp)
+            if m:
+                mo, d, h, mi, s = (int(g) for g in m.groups())
+                before = self._last
+                t = self._stamp(self._year, mo, d, h, mi, s)
+                if t is not None and before is not None and t < before - 180 * 86400:
+                    self._year += 1
+                    t = self._stamp(self._year, mo, d, h, mi, s)
+                return t
+        return None
+
+    def _stamp(self, y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
+        try:
+            t = float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None
+        self._last = t
+        return t
+
+    def label(self, t: float) -> str:
+        """A time as the log would print it: 'MM-DD HH:MM:SS', with the year when the log had one."""
+        if self.relative:
+            t = max(0, int(t))
+            return f"+{t // 3600}:{t // 60 % 60:02d}:{t % 60:02d}"
+        import time
+
+        st = time.gmtime(t)
+        return time.strftime("%Y-%m-%d %H:%M:%S" if self.year_known else "%m-%d %H:%M:%S", st)
+
+
+@dataclass
+class Point:
+    """One interval of one engine: the stats line (or scrape) that closed it."""
+
+    t: float
+    engine: str
+    values: dict[str, float]
+    line: Line | None = None
+
+    def get(self, name: str, default: float = 0.0) -> float:
+        v = self.values.get(name)
+        return default if v is None else v
+
+
+class Buckets:
+    """A bounded, downsampled series: at most MAX_BUCKETS buckets; when full, neighbours merge in pairs."""
+
+    def __init__(self, capacity: int = MAX_BUCKETS) -> None:
+        self.capacity = capacity
+        self.width = 1  #: raw points per bucket
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, t: float, values: dict[str, float]) -> None:
+        last = self.items[-1] if self.items else None
+        if last is None or last["n"] >= self.width:
+            last = {"t0": t, "t1": t, "n": 0, "f": {}}
+            self.items.append(last)
+            if len(self.items) > self.capacity:
+                self._halve()
+                last = self.items[-1]
+        last["t1"] = t
+        last["n"] += 1
+        for name, v in values.items():
+            if v is None or not math.isfinite(v):
+                continue
+            agg = last["f"].get(name)
+            if agg is None:
+                last["f"][name] = [v, v, v, 1]
+            else:
+                agg[0], agg[1] = min(agg[0], v), max(agg[1], v)
+                agg[2] += v
+                agg[3] += 1
+
+    def _halve(self) -> None:
+        merged = []
+        for a, b in zip(self.items[0::2], self.items[1::2], strict=False):
+            f = {k: list(v) for k, v in a["f"].items()}
+            for k, v in b["f"].items():
+                if k in f:
+                    f[k] = [min(f[k][0], v[0]), max(f[k][1], v[1]), f[k][2] + v[2], f[k][3] + v[3]]
+                else:
+                    f[k] = list(v)
+            merged.append({"t0": a["t0"], "t1": b["t1"], "n": a["n"] + b["n"], "f": f})
+        if len(self.items) % 2:
+            merged.append(self.items[-1])
+        self.items = merged
+        self.width *= 2
+
+    def points(self, clock: Clock) -> list[dict[str, Any]]:
+        out = []
+        for b in self.items:
+            p: dict[str, Any] = {"t": round(b["t0"], 3), "time": clock.label(b["t0"]), "n": b["n"]}
+            for k, (lo, hi, total, n) in b["f"].items():
+                p[k] = {"min": _r(lo), "max": _r(hi), "mean": _r(total / n)}
+            out.append(p)
+        return out
+
+
+def _r(v: float) -> float:
+    return round(v, 2) if abs(v) < 1e6 else round(v)
+
+
+@dataclass
+class Window:
+    """A stretch of time one detector flagged: exact, from every raw point inside it."""
+
+    kind: str
+    engine: str
+    start: float
+    end: float
+    step: float
+    first_line: Line | None
+    peak_line: Line | None = None
+    points: int = 0
+    peak_kv: float = 0.0
+    max_waiting: float = 0.0
+    max_running: float = 0.0
+    preemptions: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    _peak_score: float = -1.0
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start + self.step
+
+    def add(self, p: Point, score: float, step: float) -> None:
+        self.step = min(self.step, step)
+        self.end = p.t
+        self.points += 1
+        self.peak_kv = max(self.peak_kv, p.get("kv_pct"))
+        self.max_waiting = max(self.max_waiting, p.get("waiting"))
+        self.max_running = max(self.max_running, p.get("running"))
+        self.preemptions += p.get("preemptions")
+        if score > self._peak_score and p.line is not None:
+            self._peak_score, self.peak_line = score, p.line
+
+    def as_dict(self, clock: Clock) -> dict[str, Any]:
+        out = {"start": clock.label(self.start), "end": clock.label(self.end), "seconds": round(self.seconds),
+               "peak_kv_usage_pct": round(self.peak_kv, 1), "max_waiting": int(self.max_waiting),
+               "preemptions": int(self.preemptions)}
+        if self.engine != "0":
+            out["engine"] = self.engine
+        out.update(self.extra)
+        return out
+
+
+class _Saturation:
+    """KV cache at SATURATED_KV_PCT with requests waiting, or preemptions (or swapping) rising."""
+
+    def __init__(self, out: list[Window]) -> None:
+        self.out, self.open, self.seconds = out, None, 0.0
+
+    def feed(self, p: Point, step: float) -> None:
+        hot = (p.get("kv_pct") >= SATURATED_KV_PCT and p.get("waiting") > 0) or p.get("preemptions") > 0 \
+            or p.get("swapped") > 0
+        w = self.open
+        if w is not None and p.t - w.end > MERGE_GAP:
+            self._close()
+            w = None
+        if not hot:
+            return
+        if w is None:
+            w = self.open = Window("saturation", p.engine, p.t, p.t, step, p.line)
+        w.add(p, p.get("waiting") + 1000 * p.get("preemptions") + p.get("kv_pct"), step)
+
+    def _close(self) -> None:
+        if self.open is not None:
+            self.seconds += self.open.seconds
+            self.out.append(self.open)
+            self.open = None
+
+    def finish(self) -> None:
+        self._close()
+
+
+class _QueueGrowth:
+    """Waiting requests growing without recovering: from the start of a queue to its peak; a fall below half
+    of the peak so far restarts the growth there."""
+
+    def __init__(self, out: list[Window]) -> None:
+        self.out, self.open = out, None
+        self.gen: list[float] = []
+        self.peak_t = 0.0
+        self.first_waiting = 0.0
+
+    def feed(self, p: Point, step: float) -> None:
+        waiting = p.get("waiting")
+        w = self.open
+        if w is not None and (waiting == 0 or waiting < 0.5 * w.max_waiting):
+            self._close(recovered=waiting == 0)
+            w = None
+        if waiting <= 0:
+            return
+        if w is None:
+            w = self.open = Window("queue-growth", p.engine, p.t, p.t, step, p.line)
+            self.gen, self.first_waiting = [], waiting
+        if waiting >= w.max_waiting:
+            self.peak_t = p.t
+        w.add(p, waiting, step)
+        self.gen.append(p.get("gen_tps"))
+        w.extra["_finished"] = w.extra.get("_finished", 0.0) + p.get("finished")
+
+    def _close(self, recovered: bool) -> None:
+        w = self.open
+        self.open = None
+        if w is None or self.peak_t <= w.start:
+            return
+        w.end = self.peak_t  # the window is the growth: start of the queue to its peak
+        minutes = max(w.seconds / 60.0, 1e-9)
+        w.extra.update({
+            "growth_per_min": round((w.max_waiting - self.first_waiting) / minutes, 2),
+            "sustained_gen_tps": round(sum(self.gen) / len(self.gen), 1) if self.gen else 0.0,
+            "recovered": recovered,
+        })
+        self.out.append(w)
+
+    def finish(self) -> None:
+        self._close(recovered=False)
+
+
+class _Collapse:
+    """Generation throughput below half of what it was, while the load (running + waiting) holds."""
+
+    def __init__(self, out: list[Window]) -> None:
+        self.out, self.open = out, None
+        self.history: deque[tuple[float, float]] = deque(maxlen=COLLAPSE_HISTORY)
+        self.ref: tuple[float, float] = (0.0, 0.0)
+        self.causes: dict[str, int] = {}
+
+    def feed(self, p: Point, step: float) -> None:
+        if "gen_tps" not in p.values:
+            return
+        gen, load = p.get("gen_tps"), p.get("running") + p.get("waiting")
+        if self.open is None and len(self.history) == COLLAPSE_HISTORY:
+            self.ref = (_median([g for g, _ in self.history]), _median([ld for _, ld in self.history]))
+        ref_gen, ref_load = self.ref
+        low = len(self.history) == COLLAPSE_HISTORY and ref_gen >= 50 and gen < 0.5 * ref_gen \
+            and load > 0 and load >= 0.75 * ref_load
+        if not low:
+            self._close()
+            if load > 0:
+                self.history.append((gen, load))
+            return
+        w = self.open
+        if w is None:
+            w = self.open = Window("throughput-collapse", p.engine, p.t, p.t, step, p.line)
+            w.extra.update({"baseline_gen_tps": round(ref_gen, 1), "_gen": 0.0})
+            self.causes = {}
+        w.add(p, -gen, step)
+        w.extra["_gen"] += gen
+        cause = ("swapping" if p.get("swapped") > 0 or p.get("cpu_kv_pct") > 0 else
+                 "preemption" if p.get("preemptions") > 0 or p.get("kv_pct") >= SATURATED_KV_PCT else
+                 "stuck engine" if gen == 0 and p.get("running") > 0 else "unknown")
+        self.causes[cause] = self.causes.get(cause, 0) + 1
+
+    def _close(self) -> None:
+        w = self.open
+        if w is None:
+            return
+        self.open = None
+        w.extra["collapsed_gen_tps"] = round(w.extra.pop("_gen") / w.points, 1)
+        w.extra["cause"] = max(self.causes, key=lambda c: (self.causes[c], c != "unknown"))
+        self.out.append(w)
+
+    def finish(self) -> None:
+        self._close()
+
+
+class _Errors:
+    """Failed requests (5xx, 429) per interval, windows merged like saturation."""
+
+    def __init__(self, out: list[Window]) -> None:
+        self.out, self.open = out, None
+
+    def feed(self, p: Point, step: float) -> None:
+        errors = p.get("errors")
+        w = self.open
+        if w is not None and p.t - w.end > MERGE_GAP:
+            self._close()
+            w = None
+        if errors <= 0:
+            return
+        if w is None:
+            w = self.open = Window("error-burst", p.engine, p.t, p.t, step, p.line)
+            w.extra.update({"errors": 0, "requests": 0, "status_codes": {}})
+        w.add(p, errors, step)
+        w.extra["errors"] += int(errors)
+        w.extra["requests"] += int(p.get("requests"))
+        for code, n in p.values.items():
+            if code.startswith("status_"):
+                codes = w.extra["status_codes"]
+                codes[code[7:]] = codes.get(code[7:], 0) + int(n)
+
+    def _close(self) -> None:
+        w = self.open
+        if w is None:
+            return
+        self.open = None
+        req = w.extra["requests"]
+        w.extra["error_rate_pct"] = round(100.0 * w.extra["errors"] / req, 1) if req else None
+        self.out.append(w)
+
+    def finish(self) -> None:
+        self._close()
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+class Track:
+    """One engine's series: its downsampled points, its detectors and its totals."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.buckets = Buckets()
+        self.windows: dict[str, list[Window]] = {k: [] for k in
+                                                 ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
+        self.sat = _Saturation(self.windows["saturation"])
+        self.detectors = [self.sat, _QueueGrowth(self.windows["queue-growth"]),
+                          _Collapse(self.windows["throughput-collapse"]), _Errors(self.windows["error-burst"])]
+        self.first_t: float | None = None
+        self.last_t: float | None = None
+        self.step = DEFAULT_STEP
+        self.points = 0
+        self.peak: dict[str, float] = {}
+        self.prefix = [0.0, 0.0, 0, 0.0]  # sum(hit * prompt), sum(prompt), points, max hit
+        self.first_line: Line | None = None
+
+    def add(self, p: Point) -> None:
+        if self.last_t is not None and p.t > self.last_t:
+            # the logging interval: the shortest spacing seen (a quiet gap is not an interval)
+            gap = p.t - self.last_t
+            self.step = gap if self.points == 1 else min(self.step, gap)
+        if self.first_t is None:
+            self.first_t, self.first_line = p.t, p.line
+        self.last_t = p.t
+        self.points += 1
+        self.buckets.add(p.t, p.values)
+        for name in ("kv_pct", "waiting", "running"):
+            if name in p.values:
+                self.peak[name] = max(self.peak.get(name, 0.0), p.values[name])
+        if "prefix_hit_pct" in p.values and p.get("prompt_tps", 1.0) > 0:
+            weight = p.get("prompt_tps", 1.0) or 1.0
+            self.prefix[0] += p.values["prefix_hit_pct"] * weight
+            self.prefix[1] += weight
+            self.prefix[2] += 1
+            self.prefix[3] = max(self.prefix[3], p.values["prefix_hit_pct"])
+        for d in self.detectors:
+            d.feed(p, self.step)
+
+    def finish(self) -> None:
+        for d in self.detectors:
+            d.finish()
+
+    @property
+    def seconds(self) -> float:
+        if self.first_t is None or self.last_t is None:
+            return 0.0
+        return self.last_t - self.first_t + self.step
+
+
+class Series:
+    """The serving phase of one input, fed line by line (and raw blocks, for access lines)."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.tracks: dict[str, Track] = {}
+        self.metrics = MetricsReader()
+        self._pending_http: deque[tuple[int, int, dict[str, int]]] = deque()  # (stats line no., requests, codes)
+        self._open_http: list[Any] = [0, {}]
+        self._http_seen = False
+        self._last_t: float | None = None
+        self._v0_total = 0
+        self._v0_pending = 0.0
+        self._scrapes = 0
+        self._prev_scrape: dict[str, Scrape] = {}
+        self._first_scrape: dict[str, tuple[Scrape, Scrape]] = {}
+        self.cache_info: dict[str, str] = {}
+
+    # -- input ---------------------------------------------------------------------------------------
+
+    def observe(self, line: Line) -> None:
+        text = line.text
+        if not text:
+            return
+        first = text[0]
+        if first in "#vh" and text.startswith(("vllm:", "# ", "http_requests")) and self.metrics.feed(text):
+            if self.metrics.current.line is None:
+                self.metrics.current.line = line
+            for scrape in self.metrics.take():
+                self._scrape(scrape)
+            return
+        if "throughput" in text or "KV cache usage" in text or "RUNNING:" in text:
+            self._stats(line)
+        elif "is preempted by" in text:
+            m = V0_PREEMPTED.search(text)
+            if m:
+                total = int(m.group(1)) if m.group(1) else self._v0_total + 1
+                self._v0_pending += max(total - self._v0_total, 0)
+                self._v0_total = max(total, self._v0_total)
+
+    def access_block(self, first_number: int, block: bytes) -> None:
+        """Count access lines and their failed statuses in a raw block, split at its stats lines (an access
+        line has no clock: it belongs to the interval that the next stats line closes)."""
+        if b" HTTP/" not in block:
+            return
+        self._http_seen = True
+        cuts = []  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
+        i = block.find(STATS_MARK)
+        while i != -1:
+            cuts.append(block.rfind(b"\n", 0, i) + 1)
+            nl = block.find(b"\n", i)
+            i = block.find(STATS_MARK, nl) if nl != -1 else -1
+        pos, number = 0, first_number
+        for start in [*cuts, None]:
+            seg = block[pos:start]
+            self._open_http[0] += seg.count(b" HTTP/")
+            for m in BLOCK_ERROR.finditer(seg):
+                code = m.group(1).decode()
+                self._open_http[1][code] = self._open_http[1].get(code, 0) + 1
+            if start is None:
+                break
+            number += seg.count(b"\n")
+            self._pending_http.append((number + 1, self._open_http[0], self._open_http[1]))
+            self._open_http = [0, {}]
+            pos = start
+
+    def _stats(self, line: Line) -> None:
+        text = line.text
+        values: dict[str, float] = {}
+        for name, rx in STAT_FIELDS.items():
+            m = rx.search(text)
+            if m:
+                values[name] = float(m.group(1))
+        kv = KV_USAGE.findall(text)
+        if kv:
+            values["kv_pct"] = float(kv[0][1])
+            if len(kv) > 1 and kv[1][0] == "CPU":
+                values["cpu_kv_pct"] = float(kv[1][1])
+        if "kv_pct" not in values and "running" not in values:
+            if "prefix_hit_pct" in values and self.tracks:  # V0's companion line: the interval just logged
+                track = next(iter(self.tracks.values()))
+                if track.last_t is not None:
+                    track.prefix[0] += values["prefix_hit_pct"]
+                    track.prefix[1] += 1
+                    track.prefix[2] += 1
+                    track.prefix[3] = max(track.prefix[3], values["prefix_hit_pct"])
+            return
+        m = ENGINE.search(text)
+        engine = (m.group(1).lstrip("0") or "0") if m and m.group(1) else ("all" if m else "0")
+        t = self.clock.of_line(line)
+        if t is None:
+            self.clock.relative = self.clock.relative or self._last_t is None
+            t = (self._last_t + DEFAULT_STEP) if self._last_t is not None else 0.0
+            if not self.clock.relative:
+                t = self._last_t or 0.0
+        if self._v0_pending:
+            values["preemptions"] = values.get("preemptions", 0.0) + self._v0_pending
+            self._v0_pending = 0.0
+        values.setdefault("preemptions", 0.0)
+        self._take_http(line.number, values)
+        self._last_t = t
+        self._add(Point(t, engine, values, line))
+
+    def _take_http(self, number: int, values: dict[str, float]) -> None:
+        if not self._http_seen:
+            return
+        requests, codes = 0, {}
+        while self._pending_http and self._pending_http[0][0] <= number:
+            _, n, c = self._pending_http.popleft()
+            requests += n
+            for k, v in c.items():
+                codes[k] = codes.get(k, 0) + v
+        values["requests"] = float(requests)
+        values["errors"] = float(sum(codes.values()))
+        for k, v in codes.items():
+            values[f"status_{k}"] = float(v)
+
+    def _scrape(self, scrape: Scrape) -> None:
+        self._scrapes += 1
+        if scrape.info:
+            self.cache_info.update(scrape.info)
+        if scrape.time is None:
+            self.clock.relative = True
+            scrape.time = (self._last_t + DEFAULT_STEP) if self._last_t is not None else 0.0
+        else:
+            self.clock.year_known = True
+        self._last_t = scrape.time
+        if scrape.status and not scrape.values:
+            scrape.values["0"] = {}
+        for engine, vals in scrape.values.items():
+            prev = self._prev_scrape.get(engine)
+            mine = Scrape(time=scrape.time, values={engine: vals}, status=scrape.status if engine == "0" else {},
+                          line=scrape.line)
+            self._prev_scrape[engine] = mine
+            if prev is None:
+                self._first_scrape[engine] = (mine, mine)
+                continue
+            if engine in self._first_scrape:  # the first scrape of this engine has a successor: no counts of its own
+                first, _ = self._first_scrape.pop(engine)
+                self._add(Point(first.time or 0.0, engine, _gauges(first.values[engine], None, None, 0.0), first.line))
+            dt = (mine.time or 0.0) - (prev.time or 0.0)
+            point = Point(mine.time or 0.0, engine, _gauges(vals, prev.values[engine], dt, None), mine.line)
+            _status_delta(point.values, mine.status, prev.status)
+            self._add(point)
+
+    def _add(self, p: Point) -> None:
+        track = self.tracks.get(p.engine)
+        if track is None:
+            track = self.tracks[p.engine] = Track(p.engine)
+        track.add(p)
+
+    # -- results -------------------------------------------------------------------------------------
+
+    def finish(self, ctx: Any = None) -> None:
+        self.metrics.finish()
+        for scrape in self.metrics.take():
+            self._scrape(scrape)
+        for engine, (first, _) in self._first_scrape.items():
+            # one scrape: the state now; its counters count since the server started
+            vals = first.values[engine]
+            point = Point(first.time or 0.0, engine, _gauges(vals, None, None, vals.get("preemptions", 0.0)),
+                          first.line)
+            _status_delta(point.values, first.status, {})
+            self._add(point)
+        self._first_scrape.clear()
+        for track in self.tracks.values():
+            track.finish()
+        if ctx is not None:
+            self._fill_context(ctx)
+
+    def _fill_context(self, ctx: Any) -> None:
+        peaks = [t.peak for t in self.tracks.values()]
+        for name, attr, kind in (("kv_pct", "peak_kv_usage_pct", float), ("waiting", "max_waiting_reqs", int),
+                                 ("running", "max_running_reqs", int)):
+            got = [p[name] for p in peaks if name in p]
+            if got and getattr(ctx, attr, None) is None:
+                setattr(ctx, attr, kind(max(got)))
+        info = self.cache_info
+        for key, attr, kind in (("num_gpu_blocks", "num_gpu_blocks", int), ("block_size", "block_size", int),
+                                ("gpu_memory_utilization", "gpu_memory_utilization", float)):
+            if info.get(key) not in (None, "", "None") and getattr(ctx, attr, None) is None:
+                with contextlib.suppress(ValueError):
+                    setattr(ctx, attr, kind(float(info[key])))
+        if self._scrapes and ctx.stats_lines == 0:
+            ctx.engine = ctx.engine or None
+
+    @property
+    def empty(self) -> bool:
+        return not self.tracks
+
+    @property
+    def source(self) -> str:
+        return "metrics" if self._scrapes else "log"
+
+    @property
+    def serving_seconds(self) -> float:
+        return sum(t.seconds for t in self.tracks.values())
+
+    @property
+    def saturated_seconds(self) -> float:
+        return sum(w.seconds for t in self.tracks.values() for w in t.windows["saturation"])
+
+    def windows(self, kind: str) -> Iterator[Window]:
+        for track in self.tracks.values():
+            yield from track.windows.get(kind, [])
+
+    def candidates(self, kind: str) -> Iterator[tuple[dict[str, Any], list[Line]]]:
+        """What a rule's `series:` entry matches: (facts, evidence lines) per window, or per engine for the
+        whole-series summaries (prefix-cache)."""
+        common = {"_serving_seconds": round(self.serving_seconds, 1),
+                  "_saturated_seconds": round(self.saturated_seconds, 1), "source": self.source}
+        if kind == "prefix-cache":
+            for track in self.tracks.values():
+                hit_sum, weight, n, top = track.prefix
+                if not n:
+                    continue
+                facts = {**common, "prefix_hit_pct": round(hit_sum / weight, 2) if weight else 0.0,
+                         "max_prefix_hit_pct": top, "points": n, "seconds": round(track.seconds),
+                         "engine": track.engine, "peak_kv_usage_pct": track.peak.get("kv_pct")}
+                yield facts, [track.first_line] if track.first_line else []
+            return
+        windows = list(self.windows(kind))
+        if self.serving_seconds and all(t.points <= 1 for t in self.tracks.values()):
+            common["_serving_seconds"] = 0.0  # one scrape: the state now, no time to share out
+        for i, w in enumerate(windows):
+            d = w.as_dict(self.clock)
+            timed = self.tracks[w.engine].points > 1
+            listed = {k: v for k, v in d.items() if not k.startswith("_")} if i < MAX_WINDOWS and timed else None
+            facts = {**common, **{k: v for k, v in w.extra.items() if not k.startswith("_")},
+                     "_window": listed, "seconds": d["seconds"], "start": d["start"], "end": d["end"],
+                     "points": w.points, "kv_usage_pct": d["peak_kv_usage_pct"], "waiting": d["max_waiting"],
+                     "running": int(w.max_running), "series_preemptions": d["preemptions"], "engine": w.engine,
+                     "_finished": w.extra.get("_finished", 0.0), "_interval": w.step}
+            evidence = [w.first_line] if w.first_line is not None else []
+            if w.peak_line is not None and w.peak_line is not w.first_line:
+                evidence.append(w.peak_line)
+            yield facts, evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `series` object of the JSON report: downsampled points and windows per engine."""
+        return {
+            "source": self.source,
+            "clock": "relative" if self.clock.relative else ("absolute" if self.clock.year_known else "no-year"),
+            "serving_seconds": round(self.serving_seconds, 1),
+            "engines": {
+                e: {"points": t.buckets.points(self.clock), "bucket_points": t.buckets.width,
+                    "windows": {k: [w.as_dict(self.clock) for w in ws[:MAX_WINDOWS]] for k, ws in t.windows.items()
+                                if ws}}
+                for e, t in sorted(self.tracks.items())
+            },
+        }
+
+
+def _gauges(vals: dict[str, float], prev: dict[str, float] | None, dt: float | None,
+            preemptions: float | None) -> dict[str, float]:
+    """A scrape's fields as a point: gauges as read, counters as rates (tokens/s) or deltas (preemptions)."""
+    out: dict[str, float] = {k: vals[k] for k in ("kv_pct", "running", "waiting", "swapped", "cpu_kv_pct",
+                                                   "prefix_hit_pct") if k in vals}
+    if prev is not None and dt and dt > 0:
+        def delta(name: str) -> float | None:
+            if name not in vals or name not in prev:
+                return None
+            d = vals[name] - prev[name]
+            return d if d >= 0 else vals[name]  # a counter reset: the server restarted
+
+        for name in ("prompt_tps", "gen_tps"):
+            d = delta(name)
+            if d is not None:
+                out[name] = d / dt
+        d = delta("preemptions")
+        out["preemptions"] = d or 0.0
+        for name in ("finished",):
+            d = delta(name)
+            if d is not None:
+                out[name] = d
+        q, h = delta("prefix_queries"), delta("prefix_hits")
+        if q and h is not None:
+            out["prefix_hit_pct"] = 100.0 * h / q
+        for kind in ("ttft", "e2e"):
+            s, c = delta(f"{kind}_sum"), delta(f"{kind}_count")
+            if s is not None and c:
+                out[f"{kind}_s"] = s / c
+    else:
+        out["preemptions"] = preemptions or 0.0
+    return out
+
+
+def _status_delta(values: dict[str, float], now: dict[str, float], before: dict[str, float]) -> None:
+    """http_requests_total by status: requests and failed requests (5xx, 429) since the last scrape."""
+    if not now:
+        return
+    requests = errors = 0.0
+    for code, n in now.items():
+        d = n - before.get(code, 0.0)
+        d = d if d >= 0 else n
+        requests += d
+        if code.startswith("5") or code == "429":
+            errors += d
+            if d:
+                values[f"status_{code}"] = d
+    values["requests"], values["errors"] = requests, errors

@@ -1,0 +1,123 @@
+"""The serving phase as a time series: windows exact (fixtures/expected.yaml), memory bounded, /metrics
+detected by content, the JSON facts the contract names, --series, text sparklines."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from diagnoser.engine import diagnose, diagnose_text
+from diagnoser.series import MAX_BUCKETS, Buckets, Clock, Series
+
+from .conftest import FIXTURES
+
+CASES = [c for c in yaml.safe_load((FIXTURES / "expected.yaml").read_text()) if "windows" in c or "also" in c]
+
+
+def run(name):
+    with open(FIXTURES / name, "rb") as fh:
+        return diagnose(fh, name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_saturation_windows_exact(case):
+    report = run(case["file"])
+    pre = [f for f in report.findings if f.rule.id == "preemption"]
+    assert pre, [f.rule.id for f in report.findings]
+    got = pre[0].facts.get("windows") or []
+    want = case.get("windows", [])
+    assert len(got) == len(want), got
+    for w, g in zip(want, got, strict=True):
+        for key, value in w.items():
+            assert g[key] == value, (key, g)
+    ids = {f.rule.id for f in report.findings} - {"preemption"}
+    assert ids == set(case.get("also", [])), ids
+
+
+def test_contract_facts_present():
+    f = next(f for f in run("serving-v1-0.12-3h.log").findings if f.rule.id == "preemption")
+    for name in ("windows", "saturated_share", "peak_kv_usage_pct", "max_waiting_reqs", "max_running_reqs"):
+        assert f.facts.get(name) is not None, name
+    assert set(f.facts["windows"][0]) >= {"start", "end", "seconds", "peak_kv_usage_pct", "max_waiting", "preemptions"}
+    assert "--max-num-seqs 34" in f.command
+
+
+def test_healthy_busy_server_gets_no_warning():
+    report = run("healthy-busy-v1-0.10.log")
+    assert report.context.peak_kv_usage_pct > 95
+    assert [f.rule.id for f in report.findings if f.severity != "info"] == []
+
+
+def test_error_burst_counts_status_codes():
+    f = next(f for f in run("serving-v1-0.12-3h.log").findings if f.rule.id == "error-burst")
+    assert set(f.facts["status_codes"]) == {"500", "503"}
+    assert f.facts["errors"] == sum(f.facts["status_codes"].values())
+
+
+def test_dp_engines_are_separate_series():
+    report = run("serving-v1-dp2-0.10.log")
+    assert sorted(report.series.tracks) == ["0", "1"]
+    assert all(w.engine == "1" for w in report.series.windows("saturation"))
+
+
+def test_buckets_stay_bounded_and_keep_extremes():
+    b = Buckets()
+    for i in range(100_000):
+        b.add(float(i), {"kv_pct": 100.0 if i == 77_777 else 50.0})
+    assert len(b.items) <= MAX_BUCKETS
+    assert max(x["f"]["kv_pct"][1] for x in b.items) == 100.0
+    assert sum(x["n"] for x in b.items) == 100_000
+
+
+def test_year_less_clock_crosses_new_year():
+    from diagnoser.reader import parse_line
+
+    c = Clock()
+    t1 = c.of_line(parse_line(1, "INFO 12-31 23:59:50 [loggers.py:1] x"))
+    t2 = c.of_line(parse_line(2, "INFO 01-01 00:00:00 [loggers.py:1] x"))
+    assert t2 - t1 == 10
+
+
+def test_metrics_single_scrape_is_state_now():
+    report = run("metrics-single-0.11.prom")
+    f = report.findings[0]
+    assert f.rule.id == "preemption" and f.facts["preemptions"] == 1312
+    assert f.facts.get("windows") is None and f.facts.get("saturated_share") is None
+    assert report.context.num_gpu_blocks == 1260
+
+
+def test_metrics_counter_reset_and_rates():
+    text = "\n".join([
+        "# scrape at 2026-01-01T00:00:00Z", 'vllm:generation_tokens_total{model_name="m"} 1000',
+        'vllm:num_requests_running{model_name="m"} 4',
+        "# scrape at 2026-01-01T00:00:10Z", 'vllm:generation_tokens_total{model_name="m"} 21000',
+        'vllm:num_requests_running{model_name="m"} 4',
+    ]) + "\n"
+    report = diagnose_text(text)
+    pts = report.series.to_dict()["engines"]["0"]["points"]
+    assert pts[-1]["gen_tps"]["mean"] == 2000.0
+    assert report.series.source == "metrics"
+
+
+def test_non_metrics_text_is_not_a_scrape():
+    s = Series()
+    report = diagnose(io.BytesIO(b"vllm: the name of a tool 12\nhello world\n"))
+    assert report.series is None and s.empty
+
+
+def test_cli_series_flag_and_text_sparkline():
+    path = str(FIXTURES / "serving-v1-0.12-3h.log")
+    out = subprocess.run([sys.executable, "-m", "diagnoser", "--format", "json", "--series", path],
+                         capture_output=True, text=True)
+    doc = json.loads(out.stdout)
+    assert doc["series"]["engines"]["0"]["points"] and "kv_pct" in doc["series"]["engines"]["0"]["points"][0]
+    plain = subprocess.run([sys.executable, "-m", "diagnoser", "--format", "json", path], capture_output=True, text=True)
+    assert "series" not in json.loads(plain.stdout)
+    text = subprocess.run([sys.executable, "-m", "diagnoser", "--no-color", path], capture_output=True, text=True).stdout
+    spark = [ln for ln in text.splitlines() if ln.strip().startswith(("KV %", "waiting"))]
+    assert len(spark) >= 2 and "█" in spark[0]
