@@ -302,7 +302,7 @@ class Matcher:
                 lows = [t.lower() for t in texts] if len(window) > 1 else [low]
             processed: list[str] | None = None
             stage = coarse(fine)
-            ctx = self._ctx_source.as_dict() if self._ctx_source is not None else {}
+            ctx = self._ctx_source.as_dict(internal=True) if self._ctx_source is not None else {}
             found: dict[str, Hit] = {}  # one hit per rule per line: the most specific pattern wins
             for rule, pattern, kws in candidates:
                 if pattern.stages is not None and stage not in pattern.stages:
@@ -335,6 +335,8 @@ class Matcher:
                         continue
                     if rule.when and not self.ev.truth(rule.when, scope):
                         continue
+                if "last_stats" in rule.facts and ctx.get("last_stats_text"):
+                    facts.setdefault("last_stats", ctx["last_stats_text"])  # what it did before it failed
                 hit = Hit(rule=rule, pattern=pattern, line=line, end_line=window[-1].number, stage=stage,
                           fine_stage=fine, facts=facts, evidence=window)
                 best = found.get(rule.id)
