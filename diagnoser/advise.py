@@ -358,17 +358,17 @@ class Advisor:
             first = group[0]
             specific = [h for h in group if not h.pattern.generic]
             anchor = specific[0] if specific else first
-            if anchor.stage is None:
-                # the same error printed elsewhere with frames or after a landmark (a C++ watchdog line first,
-                # the Python traceback later) says where it happened
-                anchor = next((h for h in (specific or group) if h.stage is not None), anchor)
-            stage = anchor.stage if (anchor.stage in rule.stage_choices or not rule.stage) else rule.stage
+            # the same error printed again with frames or after a landmark (a C++ watchdog line first, the
+            # Python traceback later) says where it happened, when its first printing does not
+            staged = anchor if anchor.stage is not None else next(
+                (h for h in (specific or group) if h.stage is not None), anchor)
+            stage = staged.stage if (staged.stage in rule.stage_choices or not rule.stage) else rule.stage
             facts = derive_facts(rule, facts, ctx_dict, self.ev, stage)
             evidence = _evidence(group)
             ranks = sorted(fold.ranks if fold is not None else {h.line.rank for h in group if h.line.rank is not None})
             finding = Finding(
                 rule=rule, severity=rule.severity, stage=stage,
-                fine_stage=rule.fine_stage or anchor.fine_stage, line=anchor.line.number,
+                fine_stage=rule.fine_stage or staged.fine_stage, line=anchor.line.number,
                 end_line=max(anchor.end_line, anchor.line.number), evidence=evidence, facts=facts,
                 ranks=ranks, occurrences=fold.count if fold is not None else len(group), generic=not specific,
             )

@@ -371,7 +371,8 @@ class Tracker:
         for key, value in mark.sets.items():
             setattr(ctx, key, value)
         if mark.sets.get("server_started") or (mark.sets.get("engine_ready") and not ctx.server_started):
-            ctx.ready_line, ctx.ready_time = number, timestamp
+            # uvicorn's own lines carry no timestamp: keep the one vLLM's "Starting ... server" line had
+            ctx.ready_line, ctx.ready_time = number, timestamp or ctx.ready_time
         if mark.stats:
             self._stats(text, number)
         if ctx.engine is None and ctx.version:
