@@ -437,8 +437,9 @@ class Advisor:
             return f"{rule.title}. (Advice could not be computed from these numbers: {exc}.)"
 
 
-#: Rules whose hits are exceptions of their own, candidates for the cause a wrapper message points at.
-CAUSE_RULES = ("unrecognized-failure", "request-failed")
+#: The rule whose hits are original exceptions (it skips the wrappers): candidates for the cause a death
+#: message points at.
+CAUSE_RULES = ("unrecognized-failure",)
 
 
 def _take_cause(finding: Finding, hits: list[Hit], ctx: Context) -> None:
