@@ -372,12 +372,12 @@ class Advisor:
                 end_line=max(anchor.end_line, anchor.line.number), evidence=evidence, facts=facts,
                 ranks=ranks, occurrences=fold.count if fold is not None else len(group), generic=not specific,
             )
+            if "cause" in rule.facts and "cause" not in facts:
+                _take_cause(finding, hits, ctx)
             if rule.keep_when and not self.ev.truth(
                     rule.keep_when, {**template_names(facts, ctx_dict), "line": finding.line, "stage": stage,
                                      "fine_stage": finding.fine_stage}):
                 continue
-            if "cause" in rule.facts and "cause" not in facts:
-                _take_cause(finding, hits, ctx)
             if finding.severity == "error" and _recovered(finding, ctx):
                 finding.severity = "info"
                 finding.facts["recovered_at"] = ctx.ready_line
