@@ -27,6 +27,7 @@ from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
 WINDOW_CHARS = 4000
+DISTINCT_MAX = 20  #: values a `distinct` aggregate keeps
 #: a piece this long is a cut of an enormous line (reader.MAX_LINE), not a wrapped message
 CUT_PIECE = MAX_LINE // 2
 #: distinct evidence lines a finding shows (advise) and an aggregate rule's fold keeps whole hits for
@@ -181,9 +182,11 @@ class Fold:
             merged.setdefault(k, v)
             acc = self._values.get(k)
             if acc is None:
-                self._values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v]
+                self._values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v, {str(v)}]
                 continue
             acc[0] += 1
+            if len(acc[6]) < DISTINCT_MAX:  # bounded: constant memory on a log of a million hits
+                acc[6].add(str(v))
             acc[5] = v
             try:
                 acc[1], acc[2] = max(acc[1], v), min(acc[2], v)
@@ -214,6 +217,8 @@ class Fold:
                 facts[name] = acc[0] if acc else 0
             elif acc is None:
                 facts.pop(name, None)
+            elif how == "distinct":
+                facts[name] = sorted(acc[6])
             else:
                 facts[name] = acc[{"max": 1, "min": 2, "sum": 3, "first": 4, "last": 5}[how]]
         facts["hits"] = self.count
