@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
+import yaml
 from rapidfuzz import fuzz, process
 
 from . import flags, memory
@@ -351,3 +354,91 @@ def size_for_peak(peak_running: float | None, peak_waiting: float | None, kv_cac
             wanted = math.ceil((utilization + out["extra_gib"] / gpu_total_gib) * 100) / 100
             out["utilization"] = wanted if wanted <= 0.98 else None
     return out
+
+
+@lru_cache(maxsize=1)
+def _longtail() -> dict[str, Any]:
+    """diagnoser/data/longtail.yaml: driver minimums, module -> pip package, LoRA ranks (read once)."""
+    text = resources.files("diagnoser.data").joinpath("longtail.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def seconds_between(start: str | None, end: str | None) -> int | None:
+    """Seconds from one vLLM timestamp to a later one: ('01-18 20:15:59', '01-18 20:33:11') -> 1032.
+
+    vLLM prints MM-DD HH:MM:SS without a year; a log that crosses New Year is read as the same year.
+    """
+    stamps = []
+    for text in (start, end):
+        m = re.match(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)", text or "")
+        if not m:
+            return None
+        mo, d, h, mi, s = (int(g) for g in m.groups())
+        stamps.append((((mo * 31 + d) * 24 + h) * 60 + mi) * 60 + s)
+    delta = stamps[1] - stamps[0]
+    return delta if delta >= 0 else None
+
+
+def duration(seconds: Any) -> str | None:
+    """1032 -> '17 min 12 s'; 45 -> '45 s'; 7384 -> '2 h 3 min'."""
+    try:
+        s = int(seconds)
+    except (TypeError, ValueError):
+        return None
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {(s % 3600) // 60} min"
+
+
+def cuda_of_driver(version: Any) -> str | None:
+    """The CUDA version a driver API number stands for, as torch prints it: 11040 -> '11.4', 12020 -> '12.2'."""
+    try:
+        n = int(str(version).strip())
+    except (TypeError, ValueError):
+        return None
+    return f"{n // 1000}.{(n % 1000) // 10}" if n >= 1000 else None
+
+
+def driver_for_cuda(cuda: Any) -> str | None:
+    """Minimum Linux driver for a CUDA version: '12.4' -> '550.54.14' ('12.5' -> the 12.6 row's, rounding up)."""
+    table = _longtail()["cuda_min_driver"]
+    try:
+        want = tuple(int(p) for p in str(cuda).split(".")[:2])
+    except ValueError:
+        return None
+    rows = sorted((tuple(int(p) for p in k.split(".")), v) for k, v in table.items())
+    for key, driver in rows:
+        if key >= want:
+            return driver
+    return None
+
+
+def pip_package(module: str | None) -> str | None:
+    """The pip package for a module: 'cv2.dnn' -> 'opencv-python-headless'; 'pyarrow' -> 'pyarrow'."""
+    if not module:
+        return None
+    table = _longtail()["pip_packages"]
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        if name in table:
+            return str(table[name])
+    return parts[0].replace("_", "-")
+
+
+def lora_rank_for(rank: Any) -> int | None:
+    """The smallest --max-lora-rank vLLM accepts that holds an adapter of this rank: 40 -> 64."""
+    try:
+        r = int(rank)
+    except (TypeError, ValueError):
+        return None
+    return next((x for x in _longtail()["lora_ranks"] if x >= r), None)
+
+
+def version_at_least(version: str | None, minimum: str) -> bool | None:
+    """Whether a vLLM version is `minimum` or newer: ('0.11.0', '0.11') -> True; unknown -> None."""
+    if not version:
+        return None
+    return memory.version_tuple(version) >= memory.version_tuple(minimum)

@@ -238,6 +238,8 @@ def _aggregate(rule: Rule, group: list[Hit]) -> dict[str, Any]:
             facts[name] = values[-1]
         elif how == "list":
             facts[name] = [v for v in values if v is not None]
+        elif how == "distinct":
+            facts[name] = sorted({str(v) for v in values})
     stamped = [h.line.timestamp for h in group if h.line.timestamp]
     facts["hits"] = len(group)
     facts["first_line"], facts["last_line"] = group[0].line.number, group[-1].line.number
@@ -346,7 +348,7 @@ class Advisor:
 
     def findings(self, hits: list[Hit], ctx: Context, folds: dict[str, Fold] | None = None) -> list[Finding]:
         """`folds`: aggregate rules with more hits than were kept whole (Matcher.folds)."""
-        ctx_dict = ctx.as_dict()
+        ctx_dict = ctx.as_dict(internal=True)
         found: list[Finding] = []
         for group in _group(drop_shadowed(hits)):
             rule = group[0].rule
@@ -358,20 +360,29 @@ class Advisor:
             first = group[0]
             specific = [h for h in group if not h.pattern.generic]
             anchor = specific[0] if specific else first
-            stage = anchor.stage if (anchor.stage in rule.stage_choices or not rule.stage) else rule.stage
+            # the same error printed again with frames or after a landmark (a C++ watchdog line first, the
+            # Python traceback later) says where it happened, when its first printing does not
+            staged = anchor if anchor.stage is not None else next(
+                (h for h in (specific or group) if h.stage is not None), anchor)
+            stage = staged.stage if (staged.stage in rule.stage_choices or not rule.stage) else rule.stage
             facts = derive_facts(rule, facts, ctx_dict, self.ev, stage)
             evidence = _evidence(group)
             ranks = sorted(fold.ranks if fold is not None else {h.line.rank for h in group if h.line.rank is not None})
             finding = Finding(
                 rule=rule, severity=rule.severity, stage=stage,
-                fine_stage=rule.fine_stage or anchor.fine_stage, line=anchor.line.number,
+                fine_stage=rule.fine_stage or staged.fine_stage, line=anchor.line.number,
                 end_line=max(anchor.end_line, anchor.line.number), evidence=evidence, facts=facts,
                 ranks=ranks, occurrences=fold.count if fold is not None else len(group), generic=not specific,
             )
+            if "cause" in rule.facts and "cause" not in facts:
+                _take_cause(finding, hits, ctx)
             if rule.keep_when and not self.ev.truth(
                     rule.keep_when, {**template_names(facts, ctx_dict), "line": finding.line, "stage": stage,
                                      "fine_stage": finding.fine_stage}):
                 continue
+            if finding.severity == "error" and _recovered(finding, ctx):
+                finding.severity = "info"
+                finding.facts["recovered_at"] = ctx.ready_line
             self._render(finding, ctx, ctx_dict)
             found.append(finding)
         errors = [f for f in found if f.severity == "error" and not f.rule.fallback]
@@ -394,6 +405,10 @@ class Advisor:
             finding.command, finding.python = build_command(ctx, fixes)
         names["command"] = finding.command or ""
         finding.advice = self._text(rule.advice, names, rule)
+        if finding.facts.get("recovered_at"):
+            finding.advice = (f"Not a failure: the start-up completed after this (ready at line "
+                              f"{finding.facts['recovered_at']}), so vLLM recovered from it (a retry or a "
+                              f"fallback). Reported for information only.\n{finding.advice}")
 
     def _fix(self, fix: Fix, names: dict[str, Any]) -> dict[str, Any] | None:
         if fix.when and not self.ev.truth(fix.when, names):
@@ -422,6 +437,36 @@ class Advisor:
             if rule is None:
                 return ""
             return f"{rule.title}. (Advice could not be computed from these numbers: {exc}.)"
+
+
+#: The rule whose hits are original exceptions (it skips the wrappers): candidates for the cause a death
+#: message points at.
+CAUSE_RULES = ("unrecognized-failure",)
+
+
+def _take_cause(finding: Finding, hits: list[Hit], ctx: Context) -> None:
+    """A message that only says the engine died ("EngineDeadError", "Worker proc ... died") reports a cause
+    printed before it: the latest exception before it (after the server became ready, for a death while
+    serving), at its first occurrence, becomes the finding's `cause` and its first evidence line."""
+    floor = ctx.ready_line if (finding.stage == "serving" and ctx.ready_line) else 0
+    before = [h for h in hits if h.rule.id in CAUSE_RULES and floor < h.line.number < finding.line
+              and h.facts.get("message")]
+    if not before:
+        return
+    last = before[-1]
+    key = (last.facts.get("exception"), last.facts.get("message"))
+    first = next(h for h in before if (h.facts.get("exception"), h.facts.get("message")) == key)
+    finding.facts["cause"] = f"{key[0]}: {key[1]}" if key[0] else str(key[1])
+    finding.facts["cause_line"] = first.line.number
+    finding.evidence = [first.line, *[e for e in finding.evidence if e is not first.line]][:MAX_EVIDENCE]
+
+
+def _recovered(finding: Finding, ctx: Context) -> bool:
+    """An error printed during a start-up that then completed (the server became ready after it, and went on
+    to serve or stayed up) is one vLLM recovered from: a retried lookup, a fallback logged at ERROR."""
+    if finding.stage == "serving" or ctx.ready_line is None or finding.line >= ctx.ready_line:
+        return False
+    return ctx.server_started or ctx.engine_ready
 
 
 def _evidence(group: list[Hit]) -> list[Line]:

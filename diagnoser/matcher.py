@@ -27,6 +27,7 @@ from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
 WINDOW_CHARS = 4000
+DISTINCT_MAX = 20  #: values a `distinct` aggregate keeps
 #: a piece this long is a cut of an enormous line (reader.MAX_LINE), not a wrapped message
 CUT_PIECE = MAX_LINE // 2
 #: distinct evidence lines a finding shows (advise) and an aggregate rule's fold keeps whole hits for
@@ -192,9 +193,11 @@ class Fold:
                     kept.append(v)
             acc = self._values.get(k)
             if acc is None:
-                self._values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v]
+                self._values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v, {str(v)}]
                 continue
             acc[0] += 1
+            if len(acc[6]) < DISTINCT_MAX:  # bounded: constant memory on a log of a million hits
+                acc[6].add(str(v))
             acc[5] = v
             try:
                 acc[1], acc[2] = max(acc[1], v), min(acc[2], v)
@@ -227,6 +230,8 @@ class Fold:
                 facts.pop(name, None)
             elif how == "list":
                 facts[name] = list(self._lists.get(name, []))
+            elif how == "distinct":
+                facts[name] = sorted(acc[6])
             else:
                 facts[name] = acc[{"max": 1, "min": 2, "sum": 3, "first": 4, "last": 5}[how]]
         facts["hits"] = self.count
@@ -339,7 +344,7 @@ class Matcher:
                 lows = [t.lower() for t in texts] if len(window) > 1 else [low]
             processed: list[str] | None = None
             stage = coarse(fine)
-            ctx = self._ctx_source.as_dict() if self._ctx_source is not None else {}
+            ctx = self._ctx_source.as_dict(internal=True) if self._ctx_source is not None else {}
             found: dict[str, Hit] = {}  # one hit per rule per line: the most specific pattern wins
             for rule, pattern, kws in candidates:
                 if pattern.stages is not None and stage not in pattern.stages:
@@ -372,6 +377,8 @@ class Matcher:
                         continue
                     if rule.when and not self.ev.truth(rule.when, scope):
                         continue
+                if "last_stats" in rule.facts and ctx.get("last_stats_text"):
+                    facts.setdefault("last_stats", ctx["last_stats_text"])  # what it did before it failed
                 hit = Hit(rule=rule, pattern=pattern, line=line, end_line=window[-1].number, stage=stage,
                           fine_stage=fine, facts=facts, evidence=window)
                 best = found.get(rule.id)

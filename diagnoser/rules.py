@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 SEVERITIES = ("error", "warning", "info")
 FACT_TYPES = ("int", "float", "str", "gib", "size", "bytes", "list")
-AGGREGATES = ("max", "min", "sum", "first", "last", "count", "list")
+AGGREGATES = ("max", "min", "sum", "first", "last", "count", "list", "distinct")
 
 RULE_KEYS = {
     "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
@@ -57,6 +57,10 @@ STOPWORDS = {
 TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks", "command", "stage", "level",
                     "none", "true", "false", "loop", "range", "min", "max", "round", "int", "float", "abs",
                     "len", "sorted", "namespace", "dict", "list"}
+
+#: Facts the engine fills for a rule that declares them (no regex group needed): `cause` and `cause_line`, the
+#: exception printed before a message that only reports a death; `last_stats`, the stats line before a hit.
+FILLED_FACTS = {"cause", "cause_line", "last_stats"}
 
 DEFAULT_THRESHOLD = 85.0
 
@@ -443,7 +447,7 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
             groups |= set(SERIES_FACTS[p.series])
     produced |= groups
     for name in facts:
-        if name not in groups and name not in rule.derive:
+        if name not in groups and name not in rule.derive and name not in FILLED_FACTS:
             raise RuleError(path, f"facts.{name}", "declared but no extract regex has a group of that name")
     for name, expr in rule.derive.items():
         _check_names(_expr_names(env, expr, path, f"derive.{name}"), produced, path, f"derive.{name}")

@@ -38,6 +38,9 @@ FN_API = (
     "bad_arguments", "flag_fix", "corrected_args", "process_memory", "others_gib", "capability",
     "capability_int", "quant_methods_for", "closest_choice", "model_weights_gib", "closest_model", "tp_sizes",
     "size_for_peak",
+    # the long-tail rules (issue 8)
+    "seconds_between", "duration", "cuda_of_driver", "driver_for_cuda", "pip_package", "lora_rank_for",
+    "version_at_least",
 )
 #: What `mem.` offers templates (diagnoser/memory.py): arithmetic over numbers, and its constants.
 MEM_API = (

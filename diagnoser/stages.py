@@ -11,6 +11,8 @@ FINE_TO_STAGE: dict[str, str] = {
     "worker_init": "config",
     "model_init": "loading",
     "weight_loading": "loading",
+    "distributed_init": "startup",
+    "engine_init": "startup",
     "memory_profiling": "startup",
     "kv_cache_allocation": "startup",
     "cuda_graph_capture": "warmup",

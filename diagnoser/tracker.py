@@ -24,6 +24,8 @@ from .releases import default, engine_for, parse_version
 from .stages import coarse, order
 
 GIB_FIELDS_FROM_MIB = "_mib"
+#: Frames that only say "inside the engine's start-up" (data/landmarks.yaml frames.engine_init)
+WEAK_FRAME_STAGE = "engine_init"
 
 
 @dataclass
@@ -68,18 +70,25 @@ class Context:
     peak_kv_usage_pct: float | None = None
     max_running_reqs: int | None = None
     max_waiting_reqs: int | None = None
+    #: where the last start-up became ready (the API server started, or the engine finished its init)
+    ready_line: int | None = None
+    ready_time: str | None = None
+    last_stats_text: str | None = None  #: the latest stats line (what the server was doing before a crash)
+    #: the operator stopped the process (Ctrl-C, SIGTERM) here: exceptions after it are the stop's echo
+    interrupted_line: int | None = None
+    interrupted_stage: str | None = None
     args: dict[str, Any] = field(default_factory=dict)
     #: where `args` came from: "non-default" (V1 'non-default args') or "namespace" (a full argparse dump)
     args_source: str | None = None
     #: settings the log did not print but that are known from the release's defaults
     defaults: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The fields that the log set (for JSON and templates)."""
+    def as_dict(self, internal: bool = False) -> dict[str, Any]:
+        """The fields that the log set (for JSON; `internal`: also the bookkeeping templates read)."""
         out: dict[str, Any] = {}
         names = _context_fields()
         for name, value in self.__dict__.items():  # field order (set so by __init__); fields() is slow per line
-            if name not in names or value is None or value == {}:
+            if name not in names or (name in INTERNAL and not internal) or value is None or value == {}:
                 continue
             if not value and name in ("engine_ready", "server_started", "stats_lines", "defaults"):
                 continue
@@ -91,6 +100,8 @@ class Context:
 def _context_fields() -> frozenset[str]:
     return frozenset(f.name for f in fields(Context))
 
+#: Context fields for the rules' own reasoning (recovered errors, time since ready), not for the report.
+INTERNAL = {"ready_line", "ready_time", "last_stats_text", "interrupted_line", "interrupted_stage"}
 
 #: Settings keys (non-default args, Namespace, engine config) -> Context fields.
 SETTING_ALIASES = {
@@ -227,6 +238,7 @@ class Landmark:
     engine: str | None
     sets: dict[str, Any]
     stats: bool
+    interrupt: bool = False  #: the operator stopped the process (a signal, Ctrl-C)
 
 
 @lru_cache(maxsize=1)
@@ -241,6 +253,7 @@ def load_landmarks() -> tuple[list[Landmark], dict[str, str]]:
             engine=item.get("engine"),
             sets=dict(item.get("set") or {}),
             stats=bool(item.get("stats")),
+            interrupt=bool(item.get("interrupt")),
         )
         for item in data["landmarks"]
     ]
@@ -290,22 +303,39 @@ class Tracker:
                 stage = self._frames.get(func)
                 if stage:
                     proc.frame_stage = stage
-                return proc.frame_stage or self.stage
+                return self._here(proc)
             if EXCEPTION.match(stripped):
                 proc.in_traceback = False
-                return proc.frame_stage or self.stage
-            return proc.frame_stage or self.stage
+                for i in self._index.matches(stripped.lower()):  # "KeyboardInterrupt" ends a Ctrl-C's traceback
+                    if self._marks[i].interrupt:
+                        self._apply(self._marks[i], text, line.number, line.timestamp)
+            return self._here(proc)
         if line.user_content:
             return self.stage
         marks = self._marks
         for i in self._index.matches(text.lower()):
             mark = marks[i]
-            self._apply(mark, text, line.number)
+            self._apply(mark, text, line.number, line.timestamp)
             if mark.stage:
                 proc.frame_stage = None
-        return proc.frame_stage or self.stage
+        return self._here(proc)
 
-    def _apply(self, mark: Landmark, text: str, number: int = 0) -> None:
+    def _here(self, proc: _Proc) -> str | None:
+        """The stage of a process's current line: its traceback's frames, else the last landmark.
+
+        Once the server is serving, a frame that names a start-up step (a LoRA load, a re-run warmup) does
+        not move a failure back to start-up: anything after ready happens while serving.
+        """
+        if proc.frame_stage is None:
+            return self.stage
+        if proc.frame_stage == WEAK_FRAME_STAGE:
+            # "somewhere in the engine's start-up": only better than no landmark, or one before start-up
+            return proc.frame_stage if coarse(self.stage) in (None, "cli", "config") else self.stage
+        if coarse(self.stage) == "serving" and coarse(proc.frame_stage) != "serving":
+            return self.stage
+        return proc.frame_stage
+
+    def _apply(self, mark: Landmark, text: str, number: int = 0, timestamp: str | None = None) -> None:
         ctx = self.context
         if mark.regex is not None:
             m = mark.regex.search(text)
@@ -330,12 +360,19 @@ class Tracker:
                     value = to_number(raw)
                     if value is not None and hasattr(ctx, name):
                         setattr(ctx, name, value)
-        if mark.stage and self._advances(mark.stage):
+        if mark.interrupt:
+            ctx.interrupted_line, ctx.interrupted_stage = number, coarse(self.stage)
+        ready = ctx.server_started or ctx.engine_ready
+        # a stop before the server was ready leaves the stage where the start-up was
+        if mark.stage and self._advances(mark.stage) and (mark.stage != "shutdown" or ready):
             self.stage = mark.stage
         if mark.engine:
             ctx.engine = mark.engine
         for key, value in mark.sets.items():
             setattr(ctx, key, value)
+        if mark.sets.get("server_started") or (mark.sets.get("engine_ready") and not ctx.server_started):
+            # uvicorn's own lines carry no timestamp: keep the one vLLM's "Starting ... server" line had
+            ctx.ready_line, ctx.ready_time = number, timestamp or ctx.ready_time
         if mark.stats:
             self._stats(text, number)
         if ctx.engine is None and ctx.version:
@@ -381,6 +418,7 @@ class Tracker:
         ctx = self.context
         ctx.stats_lines += 1
         ctx.last_stats_line = number
+        ctx.last_stats_text = text[:300]
         got = {k: r.search(text) for k, r in STATS.items()}
         if got["kv_pct"]:
             pct = float(got["kv_pct"].group(1))

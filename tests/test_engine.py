@@ -253,8 +253,10 @@ def test_an_engine_crash_while_serving_stays_an_error():
         '(EngineCore_DP0 pid=2)   File "/x/vllm/v1/engine/core.py", line 1, in run_busy_loop\n'
         "(EngineCore_DP0 pid=2)     self._process_engine_step()\n"
         "(EngineCore_DP0 pid=2) RuntimeError: CUDA error: an illegal memory access was encountered\n")
-    f, _ = primary(log)
-    assert (f.rule.id, f.severity, f.stage) == ("unrecognized-failure", "error", "serving")
+    f, report = primary(log)
+    # the cause is named (issue 8), not the "EngineCore encountered a fatal error" header printed above it
+    assert (f.rule.id, f.severity, f.stage) == ("illegal-memory-access", "error", "serving")
+    assert [x.rule.id for x in report.findings][:2] == ["illegal-memory-access", "engine-dead"]
 
 
 def test_exceptions_while_the_operator_shuts_the_server_down_are_not_a_crash():

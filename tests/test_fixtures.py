@@ -49,3 +49,22 @@ def test_fixture_numbers(case):
         if not close_enough(want, got):
             missing.append(f"context {name}: want {want!r}, got {got!r}")
     assert missing == []
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.get("root_cause")],
+                         ids=[c["file"] for c in CASES if c.get("root_cause")])
+def test_fixture_first_finding_shows_the_root_cause_line(case):
+    """The primary finding's evidence holds the original exception, not a wrapper that reports it."""
+    report = run(case)
+    evidence = " ".join(line.text for line in report.findings[0].evidence)
+    assert case["root_cause"] in evidence, evidence[:400]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_fixture_a_dead_server_has_an_error_and_a_serving_one_has_none(case):
+    report = run(case)
+    errors = [f.rule.id for f in report.findings if f.severity == "error"]
+    if case["rule"] == "healthy":
+        assert errors == []
+    elif report.findings[0].severity == "error":
+        assert errors and errors[0] == case["rule"]

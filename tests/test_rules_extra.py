@@ -262,7 +262,7 @@ def test_an_unexplained_crash_reports_its_root_cause_not_the_wrapper():
 
 def test_the_fallback_is_silent_when_a_rule_explains_the_crash():
     log = ("ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (3).\n"
-           "ImportError: cannot import name 'foo' from 'bar'\n" + WRAPPER)
+           "AttributeError: 'NoneType' object has no attribute 'foo'\n" + WRAPPER)
     report = diagnose_text(log)
     assert [f.rule.id for f in report.findings] == ["tp-divisibility"]
 

@@ -1,0 +1,114 @@
+"""Issue 8's cross-cutting behaviours on small logs in vLLM's shapes (synthetic): the stage of a failure no
+rule knows, a death reported with the cause printed before it, errors a completed start-up recovered from,
+and an operator's stop."""
+
+from __future__ import annotations
+
+from diagnoser import advice_functions as fn
+from diagnoser.engine import diagnose_text
+
+ENGINE = ("(EngineCore_DP0 pid=240) INFO 06-01 10:00:05 [core.py:71] Initializing a V1 LLM engine (v0.10.1) with "
+          "config: model='org/model-8b', max_seq_len=8192, tensor_parallel_size=2\n")
+LOADING = "(VllmWorker TP0 pid=300) INFO 06-01 10:00:10 [gpu_model_runner.py:1] Starting to load model org/model-8b...\n"
+READY = ("(EngineCore_DP0 pid=240) INFO 06-01 10:01:00 [core.py:216] init engine (profile, create kv cache, warmup "
+         "model) took 20.14 seconds\n"
+         "(APIServer pid=1) INFO 06-01 10:01:02 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+         "INFO:     Application startup complete.\n")
+STATS = ("(APIServer pid=1) INFO 06-01 10:{m}:00 [loggers.py:123] Engine 000: Avg prompt throughput: 900.0 tokens/s, "
+         "Avg generation throughput: 300.0 tokens/s, Running: 12 reqs, Waiting: 0 reqs, GPU KV cache usage: 8.0%, "
+         "Prefix cache hit rate: 0.0%\n")
+WRAPPER = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+
+
+def frames(proc: str, *funcs: str) -> str:
+    out = f"({proc}) Traceback (most recent call last):\n"
+    for f in funcs:
+        out += f'({proc})   File "/x/vllm/worker.py", line 1, in {f}\n({proc})     call()\n'
+    return out
+
+
+def test_an_unknown_error_in_distributed_init_is_at_startup_not_config():
+    log = ENGINE + frames("VllmWorker TP1 pid=301", "init_device", "init_worker_distributed_environment",
+                          "ensure_model_parallel_initialized") + \
+        "(VllmWorker TP1 pid=301) RuntimeError: Something failed while setting up the process groups\n" + WRAPPER
+    f = diagnose_text(log).findings[0]
+    assert (f.rule.id, f.stage, f.fine_stage) == ("unrecognized-failure", "startup", "distributed_init")
+
+
+def test_an_unknown_error_inside_engine_start_up_frames_is_at_startup():
+    log = frames("EngineCore_DP0 pid=240", "run_engine_core", "__init__") + \
+        "(EngineCore_DP0 pid=240) AttributeError: 'Tokenizer' object has no attribute 'vocab_files_names'\n"
+    assert diagnose_text(log).findings[0].stage == "startup"
+
+
+def test_engine_start_up_frames_do_not_override_a_later_landmark():
+    log = ENGINE + LOADING + frames("EngineCore_DP0 pid=240", "run_engine_core", "__init__") + \
+        "(EngineCore_DP0 pid=240) AttributeError: 'Foo' object has no attribute 'bar'\n"
+    assert diagnose_text(log).findings[0].stage == "loading"
+
+
+def test_after_ready_a_start_up_frame_does_not_move_a_crash_back_to_start_up():
+    log = ENGINE + READY + STATS.format(m="05") + frames("VllmWorker TP0 pid=300", "execute_model", "load_weights") + \
+        "(VllmWorker TP0 pid=300) RuntimeError: Weight reload failed in a custom op\n"
+    f = diagnose_text(log).findings[0]
+    assert (f.rule.id, f.severity, f.stage) == ("unrecognized-failure", "error", "serving")
+
+
+def test_engine_dead_takes_the_cause_printed_before_it_and_the_time_since_ready():
+    log = (ENGINE + READY + STATS.format(m="05")
+           + "(VllmWorker TP0 pid=300) ERROR 06-01 10:09:30 [multiproc_executor.py:1] RuntimeError: Check failed: "
+             "(status == cudaSuccess) is false: SomeKernel failed with error invalid argument\n"
+           + "(EngineCore_DP0 pid=240) ERROR 06-01 10:09:30 [core.py:1] RuntimeError: Worker failed with error "
+             "'Check failed', please check the stack trace above for the root cause\n"
+           + "(APIServer pid=1) ERROR 06-01 10:09:31 [async_llm.py:1] vllm.v1.engine.exceptions.EngineDeadError: "
+             "EngineCore encountered an issue. See stack trace (above) for the root cause.\n")
+    f = diagnose_text(log).findings[0]
+    assert (f.rule.id, f.stage) == ("engine-dead", "serving")
+    assert "SomeKernel failed" in f.facts["cause"] and "SomeKernel failed" in f.evidence[0].text
+    assert f.facts["since_ready"] == 509 and "8 min 29 s after" in f.advice
+    assert "Running: 12 reqs" in f.facts["last_stats"]
+
+
+def test_a_named_cause_outranks_the_death_message_printed_before_it():
+    log = (ENGINE + READY
+           + "(EngineCore_DP0 pid=240) ERROR 06-01 10:09:30 [core.py:1] EngineCore encountered a fatal error.\n"
+           + "(EngineCore_DP0 pid=240) RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert [f.rule.id for f in diagnose_text(log).findings][:2] == ["illegal-memory-access", "engine-dead"]
+
+
+def test_an_error_the_start_up_recovered_from_is_information():
+    log = ("(APIServer pid=1) ERROR 06-01 10:00:02 [config.py:1] Error retrieving file list: 404 Client Error. "
+           "Repository Not Found for url: https://huggingface.co/api/models/org/model-8b/tree/main, retrying 1 of 2\n"
+           + ENGINE + LOADING + READY + STATS.format(m="05"))
+    report = diagnose_text(log)
+    f = next(x for x in report.findings if x.rule.id == "model-not-found")
+    assert f.severity == "info" and "recovered" in f.advice
+    assert [x for x in report.findings if x.severity in ("error", "warning")] == []
+
+
+def test_the_same_error_without_a_completed_start_up_stays_an_error():
+    log = ("(APIServer pid=1) ERROR 06-01 10:00:02 [config.py:1] Repository Not Found for url: "
+           "https://huggingface.co/api/models/org/model-8b\n" + ENGINE)
+    assert diagnose_text(log).findings[0].severity == "error"
+
+
+def test_ctrl_c_while_loading_is_interrupted_at_loading_and_its_echo_is_not_a_crash():
+    log = (ENGINE + LOADING + frames("VllmWorker TP0 pid=300", "worker_busy_loop", "acquire_read")
+           + "(VllmWorker TP0 pid=300) KeyboardInterrupt\n"
+           + "(APIServer pid=1) RuntimeError: Engine process failed to start. See stack trace for the root cause.\n"
+           + "(EngineCore_DP0 pid=240) OSError: [Errno 9] Bad file descriptor\n")
+    report = diagnose_text(log)
+    assert [(f.rule.id, f.severity, f.stage) for f in report.findings] == [("interrupted", "info", "loading")]
+    assert "at stage loading" in report.findings[0].advice
+
+
+def test_advice_helpers():
+    assert fn.seconds_between("12-31 23:59:50", "12-31 23:59:59") == 9
+    assert fn.seconds_between("06-01 10:00:00", None) is None
+    assert fn.duration(7384) == "2 h 3 min"
+    assert fn.cuda_of_driver(12080) == "12.8" and fn.cuda_of_driver("x") is None
+    assert fn.driver_for_cuda("12.8") == "570.26" and fn.driver_for_cuda("99.0") is None
+    assert fn.pip_package("google.protobuf.message") == "protobuf" and fn.pip_package("qwen_vl_utils") == "qwen-vl-utils"
+    assert fn.pip_package("some_pkg") == "some-pkg"
+    assert fn.lora_rank_for(16) == 16 and fn.lora_rank_for(600) is None
+    assert fn.version_at_least("0.11.0", "0.11") is True and fn.version_at_least(None, "0.11") is None
