@@ -25,9 +25,24 @@ class Flag:
     renamed_to: str | None = None
     renamed_from: str | None = None
     negatable: bool = False
+    negatable_since: str | None = None
+    nargs: str | None = None       #: "+" for one or more values
+    json: bool = False             #: the value is a JSON object or list
+    item: str | None = None        #: how one element of a structured list is written ("{name}={path}")
+    default: Any = None            #: the value every release defaults to
     group: str = ""
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        """The argument's Python name ('--max-model-len' -> 'max_model_len')."""
+        return self.name[2:].replace("-", "_")
+
+    @property
+    def server_only(self) -> bool:
+        """An option of the OpenAI server, not an argument of the Python LLM(...) class."""
+        return self.group == "frontend"
 
 
 @lru_cache(maxsize=1)
@@ -39,6 +54,8 @@ def load_flags() -> dict[str, Flag]:
             name=item["name"], value=bool(item.get("value", True)), short=tuple(item.get("short") or ()),
             since=item.get("since"), until=item.get("until"), renamed_to=item.get("renamed_to"),
             renamed_from=item.get("renamed_from"), negatable=bool(item.get("negatable")),
+            negatable_since=item.get("negatable_since"), nargs=item.get("nargs"), json=bool(item.get("json")),
+            item=item.get("item"), default=item.get("default"),
             group=item.get("group", ""), note=item.get("note", ""),
         )
         out[f.name] = f

@@ -17,13 +17,11 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
-from . import datafiles
+from . import datafiles, serve_args
 from .keywords import KeywordIndex
 from .reader import Line
 from .releases import default, engine_for, parse_version
 from .stages import coarse, order
-
-GIB_FIELDS_FROM_MIB = "_mib"
 
 
 @dataclass
@@ -113,7 +111,6 @@ SETTING_ALIASES = {
 #: Keys from the engine config line: its values are resolved defaults, not the user's choice.
 ENGINE_ONLY = {"max_seq_len"}
 
-NUMBER = re.compile(r"-?[\d,]*\.?\d+(?:[eE][-+]?\d+)?")
 EXCEPTION = re.compile(
     r"^(?:[\w.]+\.)?(?P<exc>[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?:: (?P<msg>.*))?$"
     r"|^\s*Value error, (?P<pyd>.*)$"
@@ -177,43 +174,13 @@ def parse_settings(text: str) -> dict[str, Any]:
     return out
 
 
-SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
-               "-q": "--quantization"}
-
-
 def parse_command(text: str) -> dict[str, Any]:
-    """`vllm serve MODEL --max-model-len 2048 --enforce-eager` -> {'model': ..., 'max_model_len': 2048, ...}."""
-    import shlex
-
-    try:
-        tokens = shlex.split(text, comments=True)
-    except ValueError:  # an unterminated quote in a pasted fragment
-        tokens = text.split()
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens) and not tokens[i].startswith("-"):
-        if tokens[i] not in ("vllm", "serve", "python", "python3", "-m") and "=" not in tokens[i] \
-                and not tokens[i].endswith(("vllm", "api_server")) and "model" not in out:
-            out["model"] = tokens[i]
-        i += 1
-    while i < len(tokens):
-        tok = tokens[i]
-        i += 1
-        if tok in SHORT_FLAGS:
-            tok = SHORT_FLAGS[tok]
-        if not tok.startswith("--"):
-            if "model" not in out and not tok.startswith("-"):
-                out["model"] = tok
-            continue
-        name, eq, value = tok[2:].partition("=")
-        key = name.replace("-", "_")
-        if eq:
-            out[key] = _coerce(value)
-        elif i < len(tokens) and not tokens[i].startswith("--"):
-            out[key] = _coerce(tokens[i])
-            i += 1
-        else:
-            out[key] = True
+    """`vllm serve MODEL --max-model-len 2048 --enforce-eager -tp 2` -> {'model': ..., 'max_model_len': 2048,
+    'enforce_eager': True, 'tensor_parallel_size': 2} (arity and short forms from the flag list)."""
+    parsed = serve_args.parse_text(text)
+    out: dict[str, Any] = {"model": parsed.model} if parsed.model else {}
+    for key, value in parsed.settings().items():
+        out[key] = [_coerce(v) for v in value] if isinstance(value, list) else _coerce(value)
     return out
 
 

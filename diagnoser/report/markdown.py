@@ -164,6 +164,8 @@ def _finding(fd: dict[str, Any], number: int, level: str) -> list[str]:
         out += ["", advice_markdown(fd["advice"])]
     if fd["command"]:
         out += ["", "**Run:**", "", fence(fd["command"], "sh")]
+    if fd.get("command_notes"):
+        out += ["", *(f"- {n}" for n in fd["command_notes"])]
     if fd["evidence"]:
         block, notes = evidence_block(fd["evidence"])
         out += ["", "**Evidence:**", "", block]

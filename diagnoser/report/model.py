@@ -28,6 +28,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         "fixes": f.fixes,
         "command": f.command,
         "python": f.python,
+        "command_notes": f.command_notes,
         "ranks": f.ranks,
         "occurrences": f.occurrences,
     }

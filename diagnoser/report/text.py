@@ -62,6 +62,10 @@ def _finding(f: Finding, index: int, paint: Any) -> list[str]:
         out.append(f"   run: {f.command}")
         if f.python:
             out.append(f"   python: {f.python}")
+    if f.command_notes and f.severity == "error":
+        if not f.command:
+            out.append("")
+        out.extend(f"   note: {n}" for n in f.command_notes)
     return out
 
 
