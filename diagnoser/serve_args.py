@@ -217,6 +217,11 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
+def printable(text: str) -> bool:
+    """No control, format (bidi) or line-separator characters: text a terminal shows as it is."""
+    return text.isprintable()
+
+
 def _word(value: Any) -> str:
     """One value as the command line writes it: 0.92, 36864, text."""
     if isinstance(value, bool):
@@ -324,9 +329,11 @@ def render_serve(model: str | None, settings: dict[str, Any], version: str | Non
         return Rendered(None, [NO_MODEL_NOTE])
     notes: list[str] = []
     words = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items() if re.fullmatch(r"[A-Z_][A-Z0-9_]*", k)]
+    if not printable(model):
+        return Rendered(None, ["no command is suggested: the model name from the log holds control characters"])
     words += ["vllm", "serve", shlex.quote(model)]
     for key, value in settings.items():
-        if value is None:
+        if value is None or key == "model":
             continue
         flag, name = _resolve(key)
         if name is None:
@@ -340,6 +347,8 @@ def render_serve(model: str | None, settings: dict[str, Any], version: str | Non
             notes.append(f"left out {flag.name}: vLLM {version} does not have it")
             continue
         cli = _cli_words(flag, name, value, version)
+        if cli is not None and not all(printable(w) for w in cli):
+            cli = None
         if cli is None:
             notes.append(f"left out {name}: its value from the log cannot be written as a command-line value")
             continue
@@ -349,12 +358,12 @@ def render_serve(model: str | None, settings: dict[str, Any], version: str | Non
 
 def render_llm(model: str | None, settings: dict[str, Any], version: str | None = None) -> Rendered:
     """`LLM(model='...', key=literal, ...)`: engine arguments only (server options are not LLM's)."""
-    if not model or not isinstance(model, str):
+    if not model or not isinstance(model, str) or not printable(model):
         return Rendered(None, [])
     notes: list[str] = []
     args = [f"model={model!r}"]
     for key, value in settings.items():
-        if value is None:
+        if value is None or key == "model":
             continue
         flag, name = _resolve(key)
         if name is None or keyword.iskeyword(key) or (flag is not None and flag.server_only):

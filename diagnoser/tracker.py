@@ -156,6 +156,31 @@ def _coerce(value: Any) -> Any:
 SETTING_PAIR = re.compile(r"(?:^|[\s,{(])'?(?P<key>[a-z_][\w]*)'?\s*[=:]\s*(?P<value>'[^']*'|\"[^\"]*\"|[^,(){}\[\]]+)")
 
 
+def _dict_with_objects(text: str) -> dict[str, Any] | None:
+    """A dict repr whose values include objects (`[LoRAModulePath(name='sql', path='/p')]`): literals stay
+    values, each object stays its repr text (serve_args reads the fields it needs). None if not a dict."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    if not isinstance(node, ast.Dict):
+        return None
+
+    def value(v: ast.expr) -> Any:
+        try:
+            return ast.literal_eval(v)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            if isinstance(v, (ast.List, ast.Tuple)):
+                return [value(e) for e in v.elts]
+            return ast.get_source_segment(text, v)
+
+    out: dict[str, Any] = {}
+    for k, v in zip(node.keys, node.values, strict=False):
+        if isinstance(k, ast.Constant) and isinstance(k.value, str):
+            out[k.value] = value(v)
+    return out
+
+
 def parse_settings(text: str) -> dict[str, Any]:
     """A dict repr, a Namespace(...) body or a `k=v, k=v` config string -> dict (best effort, never raises)."""
     text = text.strip()
@@ -166,6 +191,9 @@ def parse_settings(text: str) -> dict[str, Any]:
                 return {str(k): v for k, v in value.items()}
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             pass
+        with_objects = _dict_with_objects(text)
+        if with_objects is not None:
+            return with_objects
     out: dict[str, Any] = {}
     for m in SETTING_PAIR.finditer(text):
         key = m.group("key")
