@@ -17,11 +17,10 @@ from . import serve_args
 from .flags import lookup as lookup_flag
 from .matcher import MAX_EVIDENCE, Evaluator, Fold, Hit, derive_facts, drop_shadowed, template_names
 from .reader import Line
-from .rules import Fix, Rule
+from .rules import SEVERITY_RANK, Fix, Rule
 from .tracker import Context
 
 BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")  #: template branches leave runs of blank lines
-SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 #: Settings never carried into a suggested command (secrets, and values that only restate the model; --api-key
 #: is written as "$VLLM_API_KEY" by serve_args).
 COMMAND_SKIP = {"model", "model_tag", "hf_token", "token", "served_model_name_internal"}

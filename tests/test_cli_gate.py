@@ -1,0 +1,33 @@
+"""Issue 17 output polish: the gate ignores context, --color forces colour, --config-file must exist."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import FIXTURES
+
+HEALTHY = str(FIXTURES / "healthy-v1-0.10.log")
+FAILING = str(FIXTURES / "example-kv-cache-too-small.log")
+
+
+def doctor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diagnoser", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_fail_on_info_passes_a_healthy_log_and_keeps_the_summary_in_the_report():
+    out = doctor("--fail-on", "info", HEALTHY)
+    assert out.returncode == 0, out.stdout
+    assert "startup-summary" in out.stdout and "0 error(s), 0 warning(s), 0 info" in out.stdout
+
+
+def test_color_is_forced_into_a_pipe_and_off_by_default():
+    assert "\x1b[" in doctor("--color", FAILING).stdout
+    assert "\x1b[" not in doctor(FAILING).stdout
+
+
+def test_a_missing_config_file_is_a_usage_error():
+    out = doctor("--config-file", "/nonexistent/vllm.yaml", HEALTHY)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "/nonexistent/vllm.yaml" in out.stderr
