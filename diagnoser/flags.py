@@ -6,6 +6,7 @@ rule (suggest the flag that was meant).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -92,14 +93,24 @@ def lookup(name: str) -> Flag | None:
     return table.get(spelled) or table.get(spelled.split(".", 1)[0])
 
 
+@lru_cache(maxsize=1)
+def _long_spellings() -> tuple[str, ...]:
+    return tuple(sorted(n for n in _by_spelling() if n.startswith("--")))
+
+
 def by_prefix(name: str) -> Flag | None:
     """argparse's allow_abbrev: an unambiguous prefix of one long flag names it ('--kv-cache-memory')."""
     spelled = normalize(name)
     if not spelled.startswith("--") or len(spelled) < 4:
         return None
-    hits = [f for n, f in _by_spelling().items() if n.startswith(spelled) and n.startswith("--")]
-    unique = {f.name for f in hits}
-    return hits[0] if len(unique) == 1 else None
+    names = _long_spellings()
+    at = bisect.bisect_left(names, spelled)
+    unique: dict[str, Flag] = {}
+    while at < len(names) and names[at].startswith(spelled):   # the sorted run that starts with it
+        flag = _by_spelling()[names[at]]
+        unique[flag.name] = flag
+        at += 1
+    return next(iter(unique.values())) if len(unique) == 1 else None
 
 
 def closest_flag(name: str) -> tuple[str | None, float]:

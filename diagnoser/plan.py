@@ -76,6 +76,10 @@ class MissingInput(click.UsageError):
     """No model or no GPU to plan for (exit 2)."""
 
 
+#: Unknown arguments named in the error (and looked up for a "did you mean"): the rest are counted.
+MAX_UNKNOWN_SHOWN = 20
+
+
 def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeCommand:
     """Parse `vllm serve MODEL --flag value --flag=value ...`; unknown flags fail like argparse would."""
     cmd = ServeCommand()
@@ -144,9 +148,11 @@ def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeComman
         cmd.values[flag.name] = value
         cmd.order.append((flag.name, raw))
     if unknown:
-        msg = f"{cmd.prog}: error: unrecognized arguments: {' '.join(unknown)}"
+        shown = unknown[:MAX_UNKNOWN_SHOWN]
+        more = f" ... and {len(unknown) - len(shown)} more" if len(unknown) > len(shown) else ""
+        msg = f"{cmd.prog}: error: unrecognized arguments: {' '.join(shown)}{more}"
         hints = []
-        for tok in unknown:
+        for tok in shown:
             if tok.startswith("--"):
                 guess, score = closest_flag(tok.split("=", 1)[0])
                 if guess and score >= 70:
