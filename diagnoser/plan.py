@@ -7,6 +7,7 @@ modelspec.py, the flag list from flags.py. A startup log (--log) replaces estima
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import sys
@@ -19,6 +20,7 @@ import jinja2
 
 from . import memory as mem
 from . import releases
+from .errors import InputError, UsageError
 from .flags import by_prefix, closest_flag, lookup, normalize
 from .modelspec import GpuSpec, ModelSpec, load_gpu, load_model
 
@@ -51,6 +53,47 @@ def parse_len(text: str) -> int:
         raise click.UsageError(f"--max-model-len: {text!r} is not a length (write 16384 or 16K)")
     mult = {"": 1, "k": 1000, "m": 10**6, "g": 10**9, "K": 1024, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
     return int(float(m.group(1)) * mult)
+
+
+# --- values the planner refuses (one line each, exit 2) ---------------------------------------------------------
+
+#: Bounds a GPU's memory must fall in to be planned (a GiB to well above any accelerator sold).
+GPU_GIB_RANGE = (1.0, 4096.0)
+#: --max-model-len bounds: one token to far beyond any context window.
+MAX_LEN_RANGE = (1, 1 << 31)
+#: config.json numbers that must be positive for any transformer.
+ARCH_POSITIVE = ("layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+
+
+def check_gpu_bytes(size: float, option: str) -> float:
+    """A GPU size between GPU_GIB_RANGE (24GiB yes; 0 and 1e30 no)."""
+    low, high = GPU_GIB_RANGE
+    if not math.isfinite(size) or not low * mem.GIB <= size <= high * mem.GIB:
+        raise UsageError(f"{option}: {size / mem.GIB:.6g} GiB is not a GPU's memory; give a size between "
+                         f"{low:g} GiB and {high:g} GiB, e.g. 24GiB")
+    return size
+
+
+def check_max_len(value: int | None, option: str = "--max-model-len") -> int | None:
+    """A length between MAX_LEN_RANGE; -1 (vLLM 0.14+'s 'auto') is kept for the caller."""
+    low, high = MAX_LEN_RANGE
+    if value is not None and value != -1 and not low <= value <= high:
+        raise UsageError(f"{option} {value}: not a context length; give a number of tokens from {low} to "
+                         f"{high:,} (or -1 to let vLLM 0.14+ fit it)")
+    return value
+
+
+def check_arch(spec: ModelSpec, ref: str) -> None:
+    """The model's config numbers a plan divides by or multiplies with must be positive."""
+    arch = spec.arch
+    for name in ARCH_POSITIVE:
+        value = getattr(arch, name)
+        if not isinstance(value, int) or value <= 0:
+            raise InputError(f"{ref}: {name} is {value!r}; a model's config.json needs a positive whole number "
+                             "there (check the file)")
+    if arch.num_attention_heads % arch.num_key_value_heads:
+        raise InputError(f"{ref}: num_key_value_heads {arch.num_key_value_heads} does not divide "
+                         f"num_attention_heads {arch.num_attention_heads}; check the file")
 
 
 # --- a whole `vllm serve ...` command line ----------------------------------------------------------------------
@@ -433,7 +476,7 @@ class Planned:
 def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] | tuple[str, ...] = ()
                 ) -> Planned:
     """Plan one configuration: the planner's options, and a `vllm serve ...` command line (may be empty)."""
-    version = mem.version_tuple(opts["vllm_version"])
+    version = releases.parse_release(opts["vllm_version"])
     cmd = parse_serve(tokens, version) if tokens else ServeCommand()
     cv = cmd.values
     ctx = _from_log(opts["log_path"]) if opts["log_path"] else None
@@ -446,13 +489,15 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
         raise MissingInput("no model: give --model NAME (a preset, repo id or config.json), a "
                            "`-- vllm serve MODEL ...` command, or a --log that names it")
     spec: ModelSpec = load_model(str(model_ref))
+    check_arch(spec, str(model_ref))
     if opts["gpu_name"] and opts["gpu_memory"]:
         raise click.UsageError("give --gpu or --gpu-memory, not both")
     if opts["gpu_name"]:
         gpu = load_gpu(opts["gpu_name"])
     elif opts["gpu_memory"]:
-        gpu = GpuSpec(f"{opts['gpu_memory']} GPU", parse_size(opts["gpu_memory"]) or 0.0, None,
-                      "given with --gpu-memory")
+        gpu = GpuSpec(f"{opts['gpu_memory']} GPU", check_gpu_bytes(parse_size(opts["gpu_memory"]) or 0.0,
+                                                                    f"--gpu-memory {opts['gpu_memory']}"),
+                      None, "given with --gpu-memory")
     elif lg("gpu_total_gib"):
         gpu = GpuSpec(f"{lg('gpu_total_gib')} GiB GPU (from the log)", float(lg("gpu_total_gib")) * mem.GIB, None,
                       "measured: total_gpu_memory in the log")
@@ -478,6 +523,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
             raise VllmRejects(f"{cmd.prog}: error: argument --max-model-len: invalid value: {max_len_raw!r} "
                               "(write 16384 or 16K)") from None
         raise
+    check_max_len(max_len)
     if max_len is not None and max_len <= 0:
         max_len = None  # -1 / auto: vLLM 0.14+ fits the length to memory; plan the model's maximum
     kv_dtype = _pick(opts["kv_cache_dtype"], cv.get("--kv-cache-dtype"), lg("kv_cache_dtype"), "auto")

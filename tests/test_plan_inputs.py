@@ -1,0 +1,47 @@
+"""Issue 17: `plan` refuses nonsense inputs with one line naming the value and the valid range (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+         "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+         "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
+
+
+def plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diagnoser", "plan", *args], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--vllm-version", "abc"], ["--vllm-version 'abc'", "0.10.1"]),
+    (["--gpu-memory", "0"], ["--gpu-memory 0", "between 1 GiB and 4096 GiB"]),
+    (["--gpu-memory", "1e30"], ["--gpu-memory 1e30", "between 1 GiB and 4096 GiB"]),
+    (["--max-model-len", "0"], ["--max-model-len 0", "from 1 to"]),
+])
+def test_nonsense_options_are_one_line_errors(args, names):
+    base = ["--model", "llama-3.1-8b"] + ([] if "--gpu-memory" in args else ["--gpu", "L4"])
+    out = plan(*base, *args)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1, out.stderr
+    for name in names:
+        assert name in out.stderr
+
+
+@pytest.mark.parametrize("key, value", [("num_key_value_heads", 0), ("num_hidden_layers", -32)])
+def test_a_config_with_impossible_numbers_is_refused(tmp_path, key, value):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**LLAMA, key: value}))
+    out = plan("--model", str(config), "--gpu", "L4")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and str(config) in out.stderr and str(value) in out.stderr
+
+
+def test_a_release_number_with_a_suffix_is_accepted():
+    out = plan("--model", "llama-3.1-8b", "--gpu", "L4", "--vllm-version", "0.6.6.post1")
+    assert out.returncode == 0 and "vLLM 0.6.6" in out.stdout
