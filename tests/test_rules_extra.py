@@ -157,7 +157,7 @@ def test_unrecognized_flags_get_their_right_spelling():
     assert "--max_model_len -> --max-model-len" in f.advice
     assert "--gpu-memory-utilisation -> --gpu-memory-utilization" in f.advice
     assert "--task -> --runner" in f.advice
-    assert "vllm serve MODEL --max-model-len 4096 --gpu-memory-utilization 0.8 --runner embed" in f.advice
+    assert "vllm serve ORG/MODEL --max-model-len 4096 --gpu-memory-utilization 0.8 --runner embed" in f.advice
 
 
 def test_serve_repeated_after_the_docker_image():
