@@ -674,8 +674,8 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
     if res.kv_value_bytes > 1:
         rows.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, {"--kv-cache-dtype": "fp8"}))
     if res.quant_format not in ("int4", "mxfp4", "nvfp4", "nf4", "gguf"):
-        rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4},
-                     {"--quantization": "awq"}))
+        # no flag: --quantization awq on a checkpoint that is not AWQ fails; the fix is another checkpoint
+        rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4}, {}))
     for tp in (2, 4):
         if inp.tensor_parallel_size < tp:
             rows.append((f"TP={tp} ({tp} GPUs)", {"tensor_parallel_size": tp}, {"--tensor-parallel-size": str(tp)}))

@@ -592,7 +592,8 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
     order = list(cmd.order)
     if not order:
         order = _order_from(inp, res, opts)
-    command = render_command(model_for_cmd, order, changes)
+    # a suggestion that changes nothing would repeat the failing command: say what to do instead
+    command = render_command(model_for_cmd, order, changes) if changes or fix_note == "no change needed" else None
     assumptions = assumptions_for(spec, gpu, res, inp, version, measured, kv_fixed, cmd, max_len is None)
     ok = verdict.starts and (min_conc is None or res.max_concurrency >= min_conc)
     data = {
@@ -761,7 +762,8 @@ def run_from_files(opts: dict[str, Any]) -> int:
             if check:
                 extra = []
                 if not planned.ok and planned.data["command_note"] != "no change needed":
-                    extra.append(f"  fix ({planned.data['command_note']}): {planned.data['command']}")
+                    extra.append(f"  fix ({planned.data['command_note']})" +
+                                 (f": {planned.data['command']}" if planned.data["command"] else ""))
                 extra += [f"  note: {n}" for n in notes]
                 reports.append("\n".join([line, *extra]))
             else:
@@ -803,6 +805,12 @@ def _order_from(inp: mem.PlanInput, res: mem.PlanResult, opts: dict[str, Any]) -
     return out
 
 
+#: A quantization fix is another checkpoint, never a flag on this one (vLLM reads the method from its config).
+QUANTIZED_CHECKPOINT_NOTE = ("load a 4-bit checkpoint of this model instead (on the Hub usually ORG/NAME-AWQ, "
+                             "NAME-GPTQ-Int4 or NAME-AWQ-INT4); vLLM reads the method from its config, so no "
+                             "--quantization flag is added to this one")
+
+
 def suggest_changes(res: mem.PlanResult, verdict: Verdict, rows: list[dict[str, Any]],
                     min_conc: float | None) -> tuple[dict[str, str | None], str]:
     """Flag changes that make the configuration start (and reach --min-concurrency)."""
@@ -824,6 +832,8 @@ def suggest_changes(res: mem.PlanResult, verdict: Verdict, rows: list[dict[str, 
     for row in rows:
         if row["fits"] and row["max_concurrency"] >= want and row.get("flags"):
             return dict(row["flags"]), f"what-if '{row['label']}'"
+        if row["fits"] and row["max_concurrency"] >= want and row["label"].startswith("4-bit"):
+            return {}, QUANTIZED_CHECKPOINT_NOTE
     return {}, "no single change in the what-if table is enough: see the table"
 
 

@@ -45,3 +45,14 @@ def test_a_config_with_impossible_numbers_is_refused(tmp_path, key, value):
 def test_a_release_number_with_a_suffix_is_accepted():
     out = plan("--model", "llama-3.1-8b", "--gpu", "L4", "--vllm-version", "0.6.6.post1")
     assert out.returncode == 0 and "vLLM 0.6.6" in out.stdout
+
+
+def test_a_quantization_fix_points_at_a_checkpoint_never_adds_the_flag():
+    out = plan("--model", "llama-3.1-70b", "--gpu", "H100", "--max-model-len", "4096", "--format", "json")
+    data = json.loads(out.stdout)
+    assert data["quantization"] is None            # a bf16 checkpoint
+    assert data["command"] is None                 # the same command again would fail the same way
+    assert "-AWQ" in data["command_note"] and "GPTQ" in data["command_note"]
+    assert "--quantization awq" not in out.stdout
+    text = plan("--model", "llama-3.1-70b", "--gpu", "H100", "--max-model-len", "4096").stdout
+    assert "No command line change is enough: load a 4-bit checkpoint" in text and "--quantization awq" not in text
