@@ -217,3 +217,13 @@ def test_every_golden_command_parses_back():
                 check_command(record["command"], record.get("python"), _release_of(record["input"]["path"]))
                 seen += 1
     assert seen >= 5
+
+
+def test_advice_claims_only_what_the_log_says_about_the_gpu():
+    unknown = kv_finding("{'model': 'org/model-8b'}")
+    assert "on this GPU" not in unknown.advice and "does not give the GPU's size" in unknown.advice
+    total = ("INFO 06-01 10:00:30 [worker.py:267] the current vLLM instance can use total_gpu_memory (22.05GiB) x "
+             "gpu_memory_utilization (0.90) = 19.84GiB\n")
+    known = diagnose_text(ARGS.format(body="{'model': 'org/model-8b'}") + INIT.format(version="0.10.1") + total
+                          + KV_ERROR).findings[0]
+    assert "not enough on its own" in known.advice and "22.05 GiB GPU" in known.advice
