@@ -31,3 +31,17 @@ def test_a_missing_config_file_is_a_usage_error():
     out = doctor("--config-file", "/nonexistent/vllm.yaml", HEALTHY)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "/nonexistent/vllm.yaml" in out.stderr
+
+
+def test_unknown_running_and_waiting_counts_are_omitted_not_zero():
+    from diagnoser.engine import diagnose_text
+
+    log = ("WARNING 05-19 10:00:11 scheduler.py:1560] Sequence group 7 is preempted by PreemptionMode.RECOMPUTE mode "
+           "because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+           "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+           "total_num_cumulative_preemption=1\n")
+    f = diagnose_text(log).findings[0]
+    assert f.rule.id == "preemption"
+    for name in ("max_running_reqs", "max_waiting_reqs", "peak_kv_usage_pct"):
+        assert f.facts.get(name) is None, name
+    assert "with 0 running" not in f.advice
