@@ -227,3 +227,11 @@ def test_advice_claims_only_what_the_log_says_about_the_gpu():
     known = diagnose_text(ARGS.format(body="{'model': 'org/model-8b'}") + INIT.format(version="0.10.1") + total
                           + KV_ERROR).findings[0]
     assert "not enough on its own" in known.advice and "22.05 GiB GPU" in known.advice
+
+
+def test_a_serving_time_oom_is_a_memory_finding_with_a_changed_command():
+    with open(FIXTURES / "serving-oom-sampler-v1-0.10.log", "rb") as fh:
+        f = diagnose(fh, "serving-oom").findings[0]
+    assert (f.rule.id, f.stage) == ("serving-oom", "serving")
+    assert "--gpu-memory-utilization 0.93" in f.command and "--max-num-seqs 512" in f.command
+    assert "0.97" not in f.command and "1024" not in f.command
