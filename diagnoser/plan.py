@@ -605,6 +605,8 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
         "quantization": quant or spec.arch.quantization, "max_num_seqs": res.max_num_seqs,
         "max_num_batched_tokens": res.max_num_batched_tokens, "enforce_eager": eager,
         "kv_bytes_per_token": res.kv_bytes_per_token, "budget_bytes": int(res.budget_bytes),
+        # what vLLM's own figures leave between the share and weights + overhead + KV: the table adds up
+        "other_bytes": int(res.budget_bytes - res.weights_bytes - res.overhead_bytes - res.kv_cache_bytes),
         "weights_bytes": int(res.weights_bytes), "overhead_bytes": int(res.overhead_bytes),
         "overhead_parts": {"activations": int(res.activation_bytes), "non_torch": int(res.non_torch_bytes),
                            "cuda_graphs": int(res.cuda_graph_bytes),

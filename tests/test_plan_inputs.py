@@ -56,3 +56,14 @@ def test_a_quantization_fix_points_at_a_checkpoint_never_adds_the_flag():
     assert "--quantization awq" not in out.stdout
     text = plan("--model", "llama-3.1-70b", "--gpu", "H100", "--max-model-len", "4096").stdout
     assert "No command line change is enough: load a 4-bit checkpoint" in text and "--quantization awq" not in text
+
+
+def test_the_log_budget_table_adds_up_with_an_unaccounted_row():
+    from .conftest import FIXTURES
+
+    log = str(FIXTURES / "example-kv-cache-too-small.log")
+    data = json.loads(plan("--log", log, "--gpu", "L4", "--format", "json").stdout)
+    parts = data["weights_bytes"] + data["overhead_bytes"] + data["other_bytes"] + data["kv_cache_bytes"]
+    assert data["other_bytes"] != 0 and parts == pytest.approx(data["budget_bytes"], abs=2)
+    text = plan("--log", log, "--gpu", "L4").stdout
+    assert "other / unaccounted" in text and "what vLLM's own figures leave unexplained" in text
