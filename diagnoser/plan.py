@@ -571,7 +571,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
     inp = mem.PlanInput(
         arch=spec.arch, gpu_bytes=gpu.memory_bytes, gpu_name=gpu.name, gpu_memory_utilization=util,
         max_model_len=max_len, kv_cache_dtype=str(kv_dtype), dtype=dtype, quantization=quant,
-        quant_bits=None if quant is None or quant == spec.arch.quantization else None,
+        quant_bits=None,
         tensor_parallel_size=tp, pipeline_parallel_size=pp, max_num_seqs=seqs,
         max_num_batched_tokens=batched, enforce_eager=eager, weights=weights, overhead=overhead,
         kv_cache_bytes=kv_fixed if kv_fixed is not None else measured.get("kv_cache"),
