@@ -20,7 +20,7 @@ import jinja2
 
 from . import memory as mem
 from . import releases
-from .errors import InputError, UsageError
+from .errors import DoctorError, InputError, UsageError
 from .flags import by_prefix, closest_flag, lookup, normalize
 from .modelspec import GpuSpec, ModelSpec, load_gpu, load_model
 
@@ -42,7 +42,7 @@ def parse_size(text: str | float | None) -> float | None:
         return float(text) * mem.GIB
     m = re.fullmatch(r"\s*([\d.]+(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).lower() not in SIZE_UNITS:
-        raise click.BadParameter(f"{text!r} is not a size; write 24GB (10^9), 24GiB (2^30) or 22528MiB")
+        raise UsageError(f"{text!r} is not a size; write 24GB (10^9), 24GiB (2^30) or 22528MiB")
     return float(m.group(1)) * SIZE_UNITS[m.group(2).lower()]
 
 
@@ -50,7 +50,7 @@ def parse_len(text: str) -> int:
     """--max-model-len value: '16384', '16k' (x1000), '16K' (x1024), as vLLM 0.8.4+ accepts."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)([kKmMgG]?)\s*", str(text))
     if not m:
-        raise click.UsageError(f"--max-model-len: {text!r} is not a length (write 16384 or 16K)")
+        raise UsageError(f"--max-model-len: {text!r} is not a length (write 16384 or 16K)")
     mult = {"": 1, "k": 1000, "m": 10**6, "g": 10**9, "K": 1024, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
     return int(float(m.group(1)) * mult)
 
@@ -110,12 +110,12 @@ class ServeCommand:
     env: dict[str, str] = field(default_factory=dict)    # VAR=value words before the command
 
 
-class VllmRejects(click.UsageError):
+class VllmRejects(UsageError):
     """What vLLM itself would refuse at the command line (argparse errors, invalid values): exit 2 for a command
     given on the planner's command line, "will not start" (exit 1 with --check) for a launch config file."""
 
 
-class MissingInput(click.UsageError):
+class MissingInput(UsageError):
     """No model or no GPU to plan for (exit 2)."""
 
 
@@ -389,7 +389,10 @@ def plan(**opts: Any) -> None:
       vllm-doctor plan --log server.log          measured numbers replace the estimates
       vllm-doctor plan --check --gpu L4 --from-file deploy/serve-vllm.sh deploy/vllm.yaml
     """
-    code = run_plan(opts)
+    try:
+        code = run_plan(opts)
+    except DoctorError as exc:   # the library's own errors become click's usage errors only here (exit 2)
+        raise click.UsageError(str(exc)) from None
     sys.exit(code)
 
 
@@ -510,7 +513,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
             return None
         try:
             return conv(raw)
-        except (ValueError, click.UsageError):
+        except (ValueError, UsageError):
             raise VllmRejects(f"{cmd.prog}: error: argument {flag}: invalid value: {raw!r}") from None
 
     util = _pick(opts["gpu_memory_utilization"], num("--gpu-memory-utilization", float),
@@ -518,7 +521,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
     max_len_raw = _pick(opts["max_model_len"], cv.get("--max-model-len"))
     try:
         max_len = parse_len(max_len_raw) if max_len_raw is not None else lg("max_model_len")
-    except click.UsageError:
+    except UsageError:
         if opts["max_model_len"] is None:
             raise VllmRejects(f"{cmd.prog}: error: argument --max-model-len: invalid value: {max_len_raw!r} "
                               "(write 16384 or 16K)") from None
@@ -550,8 +553,8 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
         if kv_fixed is not None and re.fullmatch(r"\d+", str(cv["--kv-cache-memory-bytes"])):
             kv_fixed = float(cv["--kv-cache-memory-bytes"])
         offload = parse_size(cv["--cpu-offload-gb"]) if cv.get("--cpu-offload-gb") else 0.0
-    except click.UsageError as exc:
-        raise VllmRejects(f"{cmd.prog}: error: {exc.format_message()}") from None
+    except UsageError as exc:
+        raise VllmRejects(f"{cmd.prog}: error: {exc}") from None
     measured: dict[str, float] = {}
     if ctx is not None:
         if weights is None and lg("weights_gib") is not None:
@@ -672,6 +675,11 @@ def _summary_line(label: str, entry: dict[str, Any]) -> str:
     return f"{label}: starts, {conc:.2f} requests of {length:,} at once{gpu}"
 
 
+def _message(exc: Exception) -> str:
+    """One line for a file's error, whichever layer raised it."""
+    return exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+
+
 def run_from_files(opts: dict[str, Any]) -> int:
     """`plan --from-file FILE...`: plan every vLLM launch in the files; exit 2 > 1 > 0 over all of them."""
     from .launchfile import LaunchFileError, read_launch_file
@@ -716,8 +724,8 @@ def run_from_files(opts: dict[str, Any]) -> int:
             continue
         try:
             fopts, gpu_source = _file_opts(opts, lf.pins)
-        except click.ClickException as exc:
-            error(path, exc.format_message())
+        except (click.ClickException, DoctorError) as exc:
+            error(path, _message(exc))
             continue
         if not (fopts["gpu_name"] or fopts["gpu_memory"] or fopts["log_path"]):
             error(path, f"no GPU to plan for: {NO_GPU_HINT}")
@@ -733,7 +741,7 @@ def run_from_files(opts: dict[str, Any]) -> int:
                 planned = plan_config(lopts, launch.tokens, notes)
             except VllmRejects as exc:
                 entry = {**where, "starts": False, "fits": False, "stage": "cli", "check_passed": False,
-                         "vllm_message": exc.format_message(), "why": exc.format_message(),
+                         "vllm_message": str(exc), "why": str(exc),
                          "notes": notes, "gpu": fopts["gpu_name"] or fopts["gpu_memory"]}
                 failed = True
                 entries.append(entry)
@@ -742,14 +750,14 @@ def run_from_files(opts: dict[str, Any]) -> int:
                                ("" if check else "\n"))
                 continue
             except MissingInput as exc:
-                msg = exc.format_message()
+                msg = str(exc)
                 if msg.startswith("no model"):
                     msg = ("no model to plan: the launch names none, or only a variable; pin it with a comment "
                            "'# vllm-doctor: model=NAME' (a preset, repo id or config.json path) or give --model")
                 error(label, msg)
                 continue
-            except click.ClickException as exc:
-                msg = exc.format_message()
+            except (click.ClickException, DoctorError) as exc:
+                msg = _message(exc)
                 if msg.startswith("unknown model"):
                     msg += " Or pin the architecture with a comment '# vllm-doctor: model=NAME'."
                 error(label, msg)
