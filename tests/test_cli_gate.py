@@ -45,3 +45,14 @@ def test_unknown_running_and_waiting_counts_are_omitted_not_zero():
     for name in ("max_running_reqs", "max_waiting_reqs", "peak_kv_usage_pct"):
         assert f.facts.get(name) is None, name
     assert "with 0 running" not in f.advice
+
+
+def test_the_numbers_line_shows_what_the_log_printed_in_words():
+    out = doctor(FAILING).stdout
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("numbers:"))
+    assert "max model len 131,072" in line and "available 4.62 GiB" in line
+    for internal in ("util_now", "next_tp", "fit_len", "hits", "first_line", "_gib"):
+        assert internal not in line, internal
+    import json
+    facts = json.loads(doctor("--format", "json", FAILING).stdout)["findings"][0]["facts"]
+    assert facts["fit_len"] == 36864 and "next_tp" in facts     # internals stay in the JSON

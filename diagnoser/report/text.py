@@ -8,7 +8,7 @@ from typing import Any
 
 from ..advise import Finding
 from ..engine import Report
-from .model import no_vllm_note
+from .model import no_vllm_note, shown_numbers
 
 COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m", "dim": "\x1b[2m",
           "bold": "\x1b[1m", "reset": "\x1b[0m"}
@@ -51,8 +51,10 @@ def _finding(f: Finding, index: int, paint: Any) -> list[str]:
     out = [f"{index}. {head}", f"   {where}"]
     for ln in f.evidence:
         out.append(paint("dim", f"   {ln.number:>6} | {ln.raw[:300]}"))
-    if f.facts:
-        numbers = ", ".join(f"{k}={_fmt(v)}" for k, v in f.facts.items() if not k.startswith("_") and v is not None)
+    shown = shown_numbers(f)
+    if shown:
+        numbers = ", ".join(f"{label} {_fmt(v)}{unit if unit == '%' else (' ' + unit if unit else '')}"
+                            for label, unit, v in shown)
         out.append(f"   numbers: {numbers}")
     if f.advice:
         out.append("")
