@@ -21,6 +21,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import releases
 from .flags import Flag, by_prefix, lookup
 
 #: `--max-model-len`: the spelling vLLM's argparse generates (lower case words joined by hyphens).
@@ -49,11 +50,10 @@ def flag_of(key: str) -> str:
 
 
 def _version(text: str | None) -> tuple[int, ...] | None:
-    # TODO(releases): route through diagnoser.releases once it lands (one version parser)
-    if not text:
+    """A release from the log or the flag list (releases.parse_version); None when there is none."""
+    if not text or not re.search(r"\d", str(text)):
         return None
-    parts = re.findall(r"\d+", str(text))[:3]
-    return tuple(int(p) for p in parts) if parts else None
+    return releases.parse_version(str(text))
 
 
 def in_release(flag: Flag, version: str | None) -> bool:
