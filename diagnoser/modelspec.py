@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from . import datafiles
-from .errors import InputError
+from .errors import UsageError
 from .memory import GIB, ArchSpec
 
 
-class SpecError(InputError):
+class SpecError(UsageError):
     """An unknown model or GPU (exit code 2), with the names that do exist."""
 
 
