@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from rapidfuzz import fuzz, process
 
-from . import flags, memory
+from . import flags, memory, serve_args
 from .modelspec import SpecError, load_model, model_names
 
 
@@ -91,28 +91,18 @@ def bad_arguments(text: str | None) -> dict[str, Any]:
     """Split argparse's 'unrecognized arguments: ...' tail into flags (with their values) and positionals.
 
     Returns {"flags": [(flag, value_or_None)], "positionals": [...], "subcommand": "serve" | None,
-    "model": the positional that looks like a model (org/name or a path) or None}.
+    "model": the positional that looks like a model (org/name or a path) or None}. Arity comes from the flag
+    list (serve_args): a known switch never takes the next word.
     """
-    tokens = (text or "").split()
-    flags: list[tuple[str, str | None]] = []
-    positionals: list[str] = []
-    sub: str | None = None
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i].strip("'\",;")
-        if tok.startswith("-") and len(tok) > 1 and not re.fullmatch(r"-[\d.]+", tok):
-            name, eq, value = tok.partition("=")
-            if not eq and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
-                value = tokens[i + 1].strip("'\",;")
-                i += 1
-            flags.append((name, value or None))
-        elif tok in ("vllm", "python", "python3", "-m") or tok.endswith("api_server"):
-            pass  # the program itself, repeated by a wrapper (docker image entrypoint, script)
-        elif tok in SUBCOMMANDS and sub is None:
-            sub = tok
-        elif tok:
-            positionals.append(tok)
-        i += 1
+    tokens = [t for t in (w.strip("'\",;") for w in (text or "").split()) if t]
+    sub = next((t for t in tokens if t in SUBCOMMANDS), None)
+    # the program itself, repeated by a wrapper (docker image entrypoint, script), and the sub-command
+    kept = [t for t in tokens if t not in ("vllm", "python", "python3", "-m") and not t.endswith("api_server")]
+    if sub is not None:
+        kept.remove(sub)
+    parsed = serve_args.parse(["vllm", "serve", *kept])
+    flags = [(it.spelled, it.words[0] if it.words else None) for it in parsed.items]
+    positionals = ([parsed.model] if parsed.model else []) + parsed.positionals
     model = next((p for p in positionals if "/" in p or p.startswith((".", "~"))), None)
     if model is None and len(positionals) == 1:
         model = positionals[0]
@@ -168,17 +158,18 @@ def _known_flag(flag: str) -> str | None:
 
 
 def corrected_args(text: str | None, model: str | None = None) -> str:
-    """The rejected arguments rewritten: flags respelled, a model moved to the `vllm serve MODEL` place."""
+    """The rejected arguments rewritten: flags respelled, a model moved to the `vllm serve MODEL` place.
+
+    Quoted like every suggested command (serve_args); ORG/MODEL stands in when the log never names the model.
+    """
     parsed = bad_arguments(text)
-    parts = ["vllm", "serve", parsed["model"] or model or "MODEL"]
+    settings: dict[str, Any] = {}
     for flag, value in parsed["flags"]:
         fix = flag_fix(flag)
-        if fix["to"] is None:
-            continue
-        parts.append(fix["to"])
-        if value is not None:
-            parts.append(value)
-    return " ".join(parts)
+        if fix["to"] is not None:
+            known = flags.lookup(fix["to"])
+            settings[serve_args.key_of(known.name if known else fix["to"])] = True if value is None else value
+    return serve_args.render_serve(parsed["model"] or model or "ORG/MODEL", settings).text or ""
 
 
 # -- memory held by other processes (gpu-memory-in-use) ---------------------------------------------------

@@ -10,19 +10,20 @@ reported it.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import serve_args
+from .flags import lookup as lookup_flag
 from .matcher import MAX_EVIDENCE, Evaluator, Fold, Hit, derive_facts, drop_shadowed, template_names
 from .reader import Line
-from .rules import Fix, Rule
+from .rules import SEVERITY_RANK, Fix, Rule
 from .tracker import Context
 
 BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")  #: template branches leave runs of blank lines
-SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
-#: Settings never carried into a suggested command (secrets, and values that only restate the model).
-COMMAND_SKIP = {"model", "model_tag", "api_key", "hf_token", "token", "served_model_name_internal"}
+#: Settings never carried into a suggested command (secrets, and values that only restate the model; --api-key
+#: is written as "$VLLM_API_KEY" by serve_args).
+COMMAND_SKIP = {"model", "model_tag", "hf_token", "token", "served_model_name_internal"}
 #: From a full Namespace(...) dump (old releases), the settings worth repeating in a suggested command.
 NAMESPACE_KEEP = {
     "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "dtype",
@@ -30,13 +31,6 @@ NAMESPACE_KEEP = {
     "trust_remote_code", "enable_chunked_prefill", "cpu_offload_gb", "swap_space", "block_size",
     "served_model_name", "port", "enable_prefix_caching",
 }
-#: Values that every release used as the default: repeating them in a command only adds noise.
-PLAIN_DEFAULTS = {"port": 8000, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "block_size": 16,
-                  "swap_space": 4, "cpu_offload_gb": 0, "dtype": "auto", "kv_cache_dtype": "auto"}
-#: Server-only settings: not arguments of the Python LLM(...) class.
-SERVER_ONLY = {"port", "host", "served_model_name", "api_key", "uvicorn_log_level", "ssl_keyfile", "ssl_certfile",
-               "allowed_origins", "chat_template", "enable_auto_tool_choice", "tool_call_parser", "root_path",
-               "disable_log_requests", "response_role", "middleware"}
 
 
 @dataclass
@@ -55,6 +49,7 @@ class Finding:
     fixes: list[dict[str, Any]] = field(default_factory=list)
     command: str | None = None
     python: str | None = None
+    command_notes: list[str] = field(default_factory=list)  #: what the command leaves out, and why
     ranks: list[int] = field(default_factory=list)
     occurrences: int = 1
     generic: bool = False
@@ -248,55 +243,52 @@ def _aggregate(rule: Rule, group: list[Hit]) -> dict[str, Any]:
     return facts
 
 
-def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str, str]:
-    """The corrected `vllm serve` command and its Python LLM(...) spelling, from the log's settings."""
+def command_settings(ctx: Context) -> dict[str, Any]:
+    """The log's own settings worth repeating in a suggested command (Python names -> values)."""
     settings: dict[str, Any] = {}
     full_dump = ctx.args_source == "namespace"
     for key, value in ctx.args.items():
-        if key in COMMAND_SKIP or value is None or value is False:
+        if key in COMMAND_SKIP or value is None:
             continue
         # a Namespace(...) dump lists every default too: keep only what shapes memory and the model
-        if full_dump and (key not in NAMESPACE_KEEP or value in ("None", "", [], {})):
+        if full_dump and (key not in NAMESPACE_KEEP or value in ("None", "", [], {}) or value is False):
             continue
-        if key in PLAIN_DEFAULTS and value == PLAIN_DEFAULTS[key]:
+        flag = lookup_flag("--" + str(key).replace("_", "-"))
+        if flag is not None and flag.default is not None and value == flag.default:
             continue
         settings[key] = value
     if not ctx.args:
         # no args line in the log: repeat what the engine config line says the user chose
         settings.update(_chosen_in_engine_config(ctx))
-    env: list[str] = []
+    return settings
+
+
+def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str | None, str | None, list[str]]:
+    """The corrected `vllm serve` command, its Python LLM(...) spelling, and notes on what was left out.
+
+    No command is shown when the model is unknown, or when the fixes change nothing on the command line
+    (repeating the failing command would suggest it works).
+    """
+    settings = command_settings(ctx)
+    before = dict(settings)
+    env: dict[str, str] = {}
     for fix in fixes:
         if fix.get("env"):
-            env.append(f"{fix['env']}={shlex.quote(str(fix['value']))}")
+            env[str(fix["env"])] = str(fix["value"])
             continue
-        flag = fix["flag"]
-        key = flag.lstrip("-").replace("-", "_")
+        key = serve_args.key_of(fix["flag"])
         value = fix.get("value")
         if value in (None, "", True, "true", "True"):
             settings[key] = True
         elif value in ("false", "False", "remove"):
             settings.pop(key, None)
         else:
-            settings[key] = _number_or_text(value)
-    model = ctx.model or "MODEL"
-    parts = [*env, "vllm", "serve", shlex.quote(str(model))]
-    py_args = [f"model={str(model)!r}"]
-    for key, value in settings.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            parts.append(flag)
-            if key not in SERVER_ONLY:
-                py_args.append(f"{key}=True")
-            continue
-        text = value if isinstance(value, str) else _plain(value)
-        if isinstance(value, (dict, list)):
-            import json
-
-            text = json.dumps(value)
-        parts.extend([flag, shlex.quote(str(text))])
-        if key not in SERVER_ONLY:
-            py_args.append(f"{key}={value!r}")
-    return " ".join(parts), f"LLM({', '.join(py_args)})"
+            settings[key] = serve_args.number_or_text(value)
+    if ctx.model and settings == before and not env:
+        return None, None, ["no command is suggested: the fix is not a change to the command line"]
+    cmd = serve_args.render_serve(ctx.model, settings, ctx.version, env)
+    py = serve_args.render_llm(ctx.model, settings, ctx.version)
+    return cmd.text, py.text, cmd.notes + py.notes
 
 
 def _chosen_in_engine_config(ctx: Context) -> dict[str, Any]:
@@ -313,25 +305,6 @@ def _chosen_in_engine_config(ctx: Context) -> dict[str, Any]:
     if ctx.enforce_eager:
         out["enforce_eager"] = True
     return out
-
-
-def _number_or_text(value: Any) -> Any:
-    """Fix values are rendered text; '36864' should read as a number in the Python spelling."""
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            try:
-                return float(value)
-            except ValueError:
-                return value
-    return value
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 #: compiled advice templates by source, shared by every Advisor: a scan of many logs compiles each once
@@ -391,7 +364,7 @@ class Advisor:
         else:
             fallbacks = [f for f in found if f.rule.fallback]
             found = [f for f in found if not f.rule.fallback] + fallbacks[:1]
-        found.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.rule.fallback, f.generic, f.line))
+        found.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.rule.fallback, f.rule.wrapper, f.generic, f.line))
         return found
 
     def _render(self, finding: Finding, ctx: Context, ctx_dict: dict[str, Any]) -> None:
@@ -402,7 +375,7 @@ class Advisor:
         fixes = [f for f in (self._fix(fx, names) for fx in rule.fixes) if f]
         finding.fixes = fixes
         if finding.severity == "error" or (fixes and ctx.args):
-            finding.command, finding.python = build_command(ctx, fixes)
+            finding.command, finding.python, finding.command_notes = build_command(ctx, fixes)
         names["command"] = finding.command or ""
         finding.advice = self._text(rule.advice, names, rule)
         if finding.facts.get("recovered_at"):

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from .rules import Rule
 
 FAIL_ON = ("error", "warning", "info", "never")
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 #: Commands imported only when invoked: name -> (module, attribute, the one-line help `--help` lists).
@@ -142,8 +141,10 @@ def exit_code(reports: list[Report], fail_on: str, exit_zero: bool) -> int:
     """1 when any finding is at or above --fail-on, else 0."""
     if exit_zero or fail_on == "never":
         return 0
-    limit = SEVERITY_ORDER[fail_on]
-    hit = any(SEVERITY_ORDER[f.severity] <= limit for r in reports for f in r.findings)
+    from .rules import SEVERITY_RANK  # loaded by the diagnosis anyway; imported late for start-up time
+
+    limit = SEVERITY_RANK[fail_on]
+    hit = any(SEVERITY_RANK[f.severity] <= limit for r in reports for f in r.findings if not f.rule.context)
     return 1 if hit else 0
 
 
@@ -228,6 +229,9 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
         rules = load_rules(tuple(Path(p) for p in rule_paths)) if rule_paths else builtin_rules()
     except RuleError as exc:
         raise click.UsageError(str(exc)) from None
+    if config_file and not Path(config_file).is_file():
+        raise click.UsageError(f"--config-file {config_file}: no such file; give the launch config that set the "
+                               "flags, or leave the option out")
     if no_redact:
         click.echo("vllm-doctor: warning: --no-redact: secrets in the log will appear in the output", err=True)
     fmt = pick_format(fmt)
@@ -260,7 +264,7 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
         except OSError as exc:
             raise click.UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
     else:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=color)   # --color keeps the colour in a pipe
     for r in reports:
         if not r.vllm_seen:
             label = "stdin" if r.path == "-" else r.path

@@ -36,7 +36,8 @@ class Report:
     def counts(self) -> dict[str, int]:
         out = {"error": 0, "warning": 0, "info": 0}
         for f in self.findings:
-            out[f.severity] += 1
+            if not f.rule.context:
+                out[f.severity] += 1
         return out
 
     def to_dict(self) -> dict[str, Any]:

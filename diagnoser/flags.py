@@ -6,6 +6,7 @@ rule (suggest the flag that was meant).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -25,9 +26,24 @@ class Flag:
     renamed_to: str | None = None
     renamed_from: str | None = None
     negatable: bool = False
+    negatable_since: str | None = None
+    nargs: str | None = None       #: "+" for one or more values
+    json: bool = False             #: the value is a JSON object or list
+    item: str | None = None        #: how one element of a structured list is written ("{name}={path}")
+    default: Any = None            #: the value every release defaults to
     group: str = ""
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        """The argument's Python name ('--max-model-len' -> 'max_model_len')."""
+        return self.name[2:].replace("-", "_")
+
+    @property
+    def server_only(self) -> bool:
+        """An option of the OpenAI server, not an argument of the Python LLM(...) class."""
+        return self.group == "frontend"
 
 
 @lru_cache(maxsize=1)
@@ -39,6 +55,8 @@ def load_flags() -> dict[str, Flag]:
             name=item["name"], value=bool(item.get("value", True)), short=tuple(item.get("short") or ()),
             since=item.get("since"), until=item.get("until"), renamed_to=item.get("renamed_to"),
             renamed_from=item.get("renamed_from"), negatable=bool(item.get("negatable")),
+            negatable_since=item.get("negatable_since"), nargs=item.get("nargs"), json=bool(item.get("json")),
+            item=item.get("item"), default=item.get("default"),
             group=item.get("group", ""), note=item.get("note", ""),
         )
         out[f.name] = f
@@ -75,14 +93,24 @@ def lookup(name: str) -> Flag | None:
     return table.get(spelled) or table.get(spelled.split(".", 1)[0])
 
 
+@lru_cache(maxsize=1)
+def _long_spellings() -> tuple[str, ...]:
+    return tuple(sorted(n for n in _by_spelling() if n.startswith("--")))
+
+
 def by_prefix(name: str) -> Flag | None:
     """argparse's allow_abbrev: an unambiguous prefix of one long flag names it ('--kv-cache-memory')."""
     spelled = normalize(name)
     if not spelled.startswith("--") or len(spelled) < 4:
         return None
-    hits = [f for n, f in _by_spelling().items() if n.startswith(spelled) and n.startswith("--")]
-    unique = {f.name for f in hits}
-    return hits[0] if len(unique) == 1 else None
+    names = _long_spellings()
+    at = bisect.bisect_left(names, spelled)
+    unique: dict[str, Flag] = {}
+    while at < len(names) and names[at].startswith(spelled):   # the sorted run that starts with it
+        flag = _by_spelling()[names[at]]
+        unique[flag.name] = flag
+        at += 1
+    return next(iter(unique.values())) if len(unique) == 1 else None
 
 
 def closest_flag(name: str) -> tuple[str | None, float]:

@@ -188,12 +188,6 @@ def layers_per_stage(layers: int, pp: int) -> int:
     return math.ceil(int(layers) / max(1, int(pp)))
 
 
-def mla_kv_bytes_per_token(layers: int, kv_lora_rank: int, qk_rope_head_dim: int, bytes_per_value: float) -> int:
-    """Multi-head latent attention: one latent (kv_lora_rank + qk_rope_head_dim) per layer, no separate V,
-    the same on every TP rank (not sharded)."""
-    return int(layers * (kv_lora_rank + qk_rope_head_dim) * bytes_per_value)
-
-
 def blocks_for(tokens: float, block_size: int = BLOCK_SIZE) -> int:
     """KV blocks one request of `tokens` tokens occupies."""
     return math.ceil(max(0, tokens) / block_size)
@@ -558,8 +552,7 @@ class PlanResult:
 def resolve_dtype_bytes(arch: ArchSpec, dtype: str | None) -> float:
     """--dtype auto keeps a 16-bit checkpoint's dtype and loads fp32 checkpoints as 16-bit."""
     if not dtype or dtype == "auto":
-        b = dtype_bytes(arch.torch_dtype)
-        return 2 if b > 2 else b if b >= 2 else 2
+        return 2   # a 16-bit checkpoint stays 16-bit; fp32 (and anything narrower listed as dtype) loads as 16-bit
     return dtype_bytes(dtype)
 
 
@@ -674,8 +667,8 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
     if res.kv_value_bytes > 1:
         rows.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, {"--kv-cache-dtype": "fp8"}))
     if res.quant_format not in ("int4", "mxfp4", "nvfp4", "nf4", "gguf"):
-        rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4},
-                     {"--quantization": "awq"}))
+        # no flag: --quantization awq on a checkpoint that is not AWQ fails; the fix is another checkpoint
+        rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4}, {}))
     for tp in (2, 4):
         if inp.tensor_parallel_size < tp:
             rows.append((f"TP={tp} ({tp} GPUs)", {"tensor_parallel_size": tp}, {"--tensor-parallel-size": str(tp)}))

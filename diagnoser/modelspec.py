@@ -15,13 +15,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import click
-
 from . import datafiles
+from .errors import UsageError
 from .memory import GIB, ArchSpec
 
 
-class SpecError(click.UsageError):
+class SpecError(UsageError):
     """An unknown model or GPU (exit code 2), with the names that do exist."""
 
 

@@ -7,6 +7,7 @@ modelspec.py, the flag list from flags.py. A startup log (--log) replaces estima
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import sys
@@ -19,6 +20,7 @@ import jinja2
 
 from . import memory as mem
 from . import releases
+from .errors import DoctorError, InputError, UsageError
 from .flags import by_prefix, closest_flag, lookup, normalize
 from .modelspec import GpuSpec, ModelSpec, load_gpu, load_model
 
@@ -40,7 +42,7 @@ def parse_size(text: str | float | None) -> float | None:
         return float(text) * mem.GIB
     m = re.fullmatch(r"\s*([\d.]+(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).lower() not in SIZE_UNITS:
-        raise click.BadParameter(f"{text!r} is not a size; write 24GB (10^9), 24GiB (2^30) or 22528MiB")
+        raise UsageError(f"{text!r} is not a size; write 24GB (10^9), 24GiB (2^30) or 22528MiB")
     return float(m.group(1)) * SIZE_UNITS[m.group(2).lower()]
 
 
@@ -48,9 +50,50 @@ def parse_len(text: str) -> int:
     """--max-model-len value: '16384', '16k' (x1000), '16K' (x1024), as vLLM 0.8.4+ accepts."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)([kKmMgG]?)\s*", str(text))
     if not m:
-        raise click.UsageError(f"--max-model-len: {text!r} is not a length (write 16384 or 16K)")
+        raise UsageError(f"--max-model-len: {text!r} is not a length (write 16384 or 16K)")
     mult = {"": 1, "k": 1000, "m": 10**6, "g": 10**9, "K": 1024, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
     return int(float(m.group(1)) * mult)
+
+
+# --- values the planner refuses (one line each, exit 2) ---------------------------------------------------------
+
+#: Bounds a GPU's memory must fall in to be planned (a GiB to well above any accelerator sold).
+GPU_GIB_RANGE = (1.0, 4096.0)
+#: --max-model-len bounds: one token to far beyond any context window.
+MAX_LEN_RANGE = (1, 1 << 31)
+#: config.json numbers that must be positive for any transformer.
+ARCH_POSITIVE = ("layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+
+
+def check_gpu_bytes(size: float, option: str) -> float:
+    """A GPU size between GPU_GIB_RANGE (24GiB yes; 0 and 1e30 no)."""
+    low, high = GPU_GIB_RANGE
+    if not math.isfinite(size) or not low * mem.GIB <= size <= high * mem.GIB:
+        raise UsageError(f"{option}: {size / mem.GIB:.6g} GiB is not a GPU's memory; give a size between "
+                         f"{low:g} GiB and {high:g} GiB, e.g. 24GiB")
+    return size
+
+
+def check_max_len(value: int | None, option: str = "--max-model-len") -> int | None:
+    """A length between MAX_LEN_RANGE; -1 (vLLM 0.14+'s 'auto') is kept for the caller."""
+    low, high = MAX_LEN_RANGE
+    if value is not None and value != -1 and not low <= value <= high:
+        raise UsageError(f"{option} {value}: not a context length; give a number of tokens from {low} to "
+                         f"{high:,} (or -1 to let vLLM 0.14+ fit it)")
+    return value
+
+
+def check_arch(spec: ModelSpec, ref: str) -> None:
+    """The model's config numbers a plan divides by or multiplies with must be positive."""
+    arch = spec.arch
+    for name in ARCH_POSITIVE:
+        value = getattr(arch, name)
+        if not isinstance(value, int) or value <= 0:
+            raise InputError(f"{ref}: {name} is {value!r}; a model's config.json needs a positive whole number "
+                             "there (check the file)")
+    if arch.num_attention_heads % arch.num_key_value_heads:
+        raise InputError(f"{ref}: num_key_value_heads {arch.num_key_value_heads} does not divide "
+                         f"num_attention_heads {arch.num_attention_heads}; check the file")
 
 
 # --- a whole `vllm serve ...` command line ----------------------------------------------------------------------
@@ -67,13 +110,17 @@ class ServeCommand:
     env: dict[str, str] = field(default_factory=dict)    # VAR=value words before the command
 
 
-class VllmRejects(click.UsageError):
+class VllmRejects(UsageError):
     """What vLLM itself would refuse at the command line (argparse errors, invalid values): exit 2 for a command
     given on the planner's command line, "will not start" (exit 1 with --check) for a launch config file."""
 
 
-class MissingInput(click.UsageError):
+class MissingInput(UsageError):
     """No model or no GPU to plan for (exit 2)."""
+
+
+#: Unknown arguments named in the error (and looked up for a "did you mean"): the rest are counted.
+MAX_UNKNOWN_SHOWN = 20
 
 
 def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeCommand:
@@ -144,9 +191,11 @@ def parse_serve(tokens: list[str], version: tuple[int, int, int]) -> ServeComman
         cmd.values[flag.name] = value
         cmd.order.append((flag.name, raw))
     if unknown:
-        msg = f"{cmd.prog}: error: unrecognized arguments: {' '.join(unknown)}"
+        shown = unknown[:MAX_UNKNOWN_SHOWN]
+        more = f" ... and {len(unknown) - len(shown)} more" if len(unknown) > len(shown) else ""
+        msg = f"{cmd.prog}: error: unrecognized arguments: {' '.join(shown)}{more}"
         hints = []
-        for tok in unknown:
+        for tok in shown:
             if tok.startswith("--"):
                 guess, score = closest_flag(tok.split("=", 1)[0])
                 if guess and score >= 70:
@@ -340,7 +389,10 @@ def plan(**opts: Any) -> None:
       vllm-doctor plan --log server.log          measured numbers replace the estimates
       vllm-doctor plan --check --gpu L4 --from-file deploy/serve-vllm.sh deploy/vllm.yaml
     """
-    code = run_plan(opts)
+    try:
+        code = run_plan(opts)
+    except DoctorError as exc:   # the library's own errors become click's usage errors only here (exit 2)
+        raise click.UsageError(str(exc)) from None
     sys.exit(code)
 
 
@@ -427,7 +479,7 @@ class Planned:
 def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] | tuple[str, ...] = ()
                 ) -> Planned:
     """Plan one configuration: the planner's options, and a `vllm serve ...` command line (may be empty)."""
-    version = mem.version_tuple(opts["vllm_version"])
+    version = releases.parse_release(opts["vllm_version"])
     cmd = parse_serve(tokens, version) if tokens else ServeCommand()
     cv = cmd.values
     ctx = _from_log(opts["log_path"]) if opts["log_path"] else None
@@ -440,13 +492,15 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
         raise MissingInput("no model: give --model NAME (a preset, repo id or config.json), a "
                            "`-- vllm serve MODEL ...` command, or a --log that names it")
     spec: ModelSpec = load_model(str(model_ref))
+    check_arch(spec, str(model_ref))
     if opts["gpu_name"] and opts["gpu_memory"]:
         raise click.UsageError("give --gpu or --gpu-memory, not both")
     if opts["gpu_name"]:
         gpu = load_gpu(opts["gpu_name"])
     elif opts["gpu_memory"]:
-        gpu = GpuSpec(f"{opts['gpu_memory']} GPU", parse_size(opts["gpu_memory"]) or 0.0, None,
-                      "given with --gpu-memory")
+        gpu = GpuSpec(f"{opts['gpu_memory']} GPU", check_gpu_bytes(parse_size(opts["gpu_memory"]) or 0.0,
+                                                                    f"--gpu-memory {opts['gpu_memory']}"),
+                      None, "given with --gpu-memory")
     elif lg("gpu_total_gib"):
         gpu = GpuSpec(f"{lg('gpu_total_gib')} GiB GPU (from the log)", float(lg("gpu_total_gib")) * mem.GIB, None,
                       "measured: total_gpu_memory in the log")
@@ -459,7 +513,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
             return None
         try:
             return conv(raw)
-        except (ValueError, click.UsageError):
+        except (ValueError, UsageError):
             raise VllmRejects(f"{cmd.prog}: error: argument {flag}: invalid value: {raw!r}") from None
 
     util = _pick(opts["gpu_memory_utilization"], num("--gpu-memory-utilization", float),
@@ -467,11 +521,12 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
     max_len_raw = _pick(opts["max_model_len"], cv.get("--max-model-len"))
     try:
         max_len = parse_len(max_len_raw) if max_len_raw is not None else lg("max_model_len")
-    except click.UsageError:
+    except UsageError:
         if opts["max_model_len"] is None:
             raise VllmRejects(f"{cmd.prog}: error: argument --max-model-len: invalid value: {max_len_raw!r} "
                               "(write 16384 or 16K)") from None
         raise
+    check_max_len(max_len)
     if max_len is not None and max_len <= 0:
         max_len = None  # -1 / auto: vLLM 0.14+ fits the length to memory; plan the model's maximum
     kv_dtype = _pick(opts["kv_cache_dtype"], cv.get("--kv-cache-dtype"), lg("kv_cache_dtype"), "auto")
@@ -498,8 +553,8 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
         if kv_fixed is not None and re.fullmatch(r"\d+", str(cv["--kv-cache-memory-bytes"])):
             kv_fixed = float(cv["--kv-cache-memory-bytes"])
         offload = parse_size(cv["--cpu-offload-gb"]) if cv.get("--cpu-offload-gb") else 0.0
-    except click.UsageError as exc:
-        raise VllmRejects(f"{cmd.prog}: error: {exc.format_message()}") from None
+    except UsageError as exc:
+        raise VllmRejects(f"{cmd.prog}: error: {exc}") from None
     measured: dict[str, float] = {}
     if ctx is not None:
         if weights is None and lg("weights_gib") is not None:
@@ -519,7 +574,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
     inp = mem.PlanInput(
         arch=spec.arch, gpu_bytes=gpu.memory_bytes, gpu_name=gpu.name, gpu_memory_utilization=util,
         max_model_len=max_len, kv_cache_dtype=str(kv_dtype), dtype=dtype, quantization=quant,
-        quant_bits=None if quant is None or quant == spec.arch.quantization else None,
+        quant_bits=None,
         tensor_parallel_size=tp, pipeline_parallel_size=pp, max_num_seqs=seqs,
         max_num_batched_tokens=batched, enforce_eager=eager, weights=weights, overhead=overhead,
         kv_cache_bytes=kv_fixed if kv_fixed is not None else measured.get("kv_cache"),
@@ -540,7 +595,8 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
     order = list(cmd.order)
     if not order:
         order = _order_from(inp, res, opts)
-    command = render_command(model_for_cmd, order, changes)
+    # a suggestion that changes nothing would repeat the failing command: say what to do instead
+    command = render_command(model_for_cmd, order, changes) if changes or fix_note == "no change needed" else None
     assumptions = assumptions_for(spec, gpu, res, inp, version, measured, kv_fixed, cmd, max_len is None)
     ok = verdict.starts and (min_conc is None or res.max_concurrency >= min_conc)
     data = {
@@ -552,6 +608,8 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
         "quantization": quant or spec.arch.quantization, "max_num_seqs": res.max_num_seqs,
         "max_num_batched_tokens": res.max_num_batched_tokens, "enforce_eager": eager,
         "kv_bytes_per_token": res.kv_bytes_per_token, "budget_bytes": int(res.budget_bytes),
+        # what vLLM's own figures leave between the share and weights + overhead + KV: the table adds up
+        "other_bytes": int(res.budget_bytes - res.weights_bytes - res.overhead_bytes - res.kv_cache_bytes),
         "weights_bytes": int(res.weights_bytes), "overhead_bytes": int(res.overhead_bytes),
         "overhead_parts": {"activations": int(res.activation_bytes), "non_torch": int(res.non_torch_bytes),
                            "cuda_graphs": int(res.cuda_graph_bytes),
@@ -617,6 +675,11 @@ def _summary_line(label: str, entry: dict[str, Any]) -> str:
     return f"{label}: starts, {conc:.2f} requests of {length:,} at once{gpu}"
 
 
+def _message(exc: Exception) -> str:
+    """One line for a file's error, whichever layer raised it."""
+    return exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+
+
 def run_from_files(opts: dict[str, Any]) -> int:
     """`plan --from-file FILE...`: plan every vLLM launch in the files; exit 2 > 1 > 0 over all of them."""
     from .launchfile import LaunchFileError, read_launch_file
@@ -661,8 +724,8 @@ def run_from_files(opts: dict[str, Any]) -> int:
             continue
         try:
             fopts, gpu_source = _file_opts(opts, lf.pins)
-        except click.ClickException as exc:
-            error(path, exc.format_message())
+        except (click.ClickException, DoctorError) as exc:
+            error(path, _message(exc))
             continue
         if not (fopts["gpu_name"] or fopts["gpu_memory"] or fopts["log_path"]):
             error(path, f"no GPU to plan for: {NO_GPU_HINT}")
@@ -678,7 +741,7 @@ def run_from_files(opts: dict[str, Any]) -> int:
                 planned = plan_config(lopts, launch.tokens, notes)
             except VllmRejects as exc:
                 entry = {**where, "starts": False, "fits": False, "stage": "cli", "check_passed": False,
-                         "vllm_message": exc.format_message(), "why": exc.format_message(),
+                         "vllm_message": str(exc), "why": str(exc),
                          "notes": notes, "gpu": fopts["gpu_name"] or fopts["gpu_memory"]}
                 failed = True
                 entries.append(entry)
@@ -687,14 +750,14 @@ def run_from_files(opts: dict[str, Any]) -> int:
                                ("" if check else "\n"))
                 continue
             except MissingInput as exc:
-                msg = exc.format_message()
+                msg = str(exc)
                 if msg.startswith("no model"):
                     msg = ("no model to plan: the launch names none, or only a variable; pin it with a comment "
                            "'# vllm-doctor: model=NAME' (a preset, repo id or config.json path) or give --model")
                 error(label, msg)
                 continue
-            except click.ClickException as exc:
-                msg = exc.format_message()
+            except (click.ClickException, DoctorError) as exc:
+                msg = _message(exc)
                 if msg.startswith("unknown model"):
                     msg += " Or pin the architecture with a comment '# vllm-doctor: model=NAME'."
                 error(label, msg)
@@ -709,7 +772,8 @@ def run_from_files(opts: dict[str, Any]) -> int:
             if check:
                 extra = []
                 if not planned.ok and planned.data["command_note"] != "no change needed":
-                    extra.append(f"  fix ({planned.data['command_note']}): {planned.data['command']}")
+                    extra.append(f"  fix ({planned.data['command_note']})" +
+                                 (f": {planned.data['command']}" if planned.data["command"] else ""))
                 extra += [f"  note: {n}" for n in notes]
                 reports.append("\n".join([line, *extra]))
             else:
@@ -751,6 +815,12 @@ def _order_from(inp: mem.PlanInput, res: mem.PlanResult, opts: dict[str, Any]) -
     return out
 
 
+#: A quantization fix is another checkpoint, never a flag on this one (vLLM reads the method from its config).
+QUANTIZED_CHECKPOINT_NOTE = ("load a 4-bit checkpoint of this model instead (on the Hub usually ORG/NAME-AWQ, "
+                             "NAME-GPTQ-Int4 or NAME-AWQ-INT4); vLLM reads the method from its config, so no "
+                             "--quantization flag is added to this one")
+
+
 def suggest_changes(res: mem.PlanResult, verdict: Verdict, rows: list[dict[str, Any]],
                     min_conc: float | None) -> tuple[dict[str, str | None], str]:
     """Flag changes that make the configuration start (and reach --min-concurrency)."""
@@ -772,6 +842,8 @@ def suggest_changes(res: mem.PlanResult, verdict: Verdict, rows: list[dict[str, 
     for row in rows:
         if row["fits"] and row["max_concurrency"] >= want and row.get("flags"):
             return dict(row["flags"]), f"what-if '{row['label']}'"
+        if row["fits"] and row["max_concurrency"] >= want and row["label"].startswith("4-bit"):
+            return {}, QUANTIZED_CHECKPOINT_NOTE
     return {}, "no single change in the what-if table is enough: see the table"
 
 

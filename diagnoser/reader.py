@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 BLOCK = 1 << 20          #: bytes read at a time
@@ -117,7 +117,6 @@ class ReadStats:
     lines: int = 0
     bytes: int = 0
     decoded_lines: int = 0
-    redactions: dict[str, int] = field(default_factory=dict)
 
 
 Redactor = Callable[[str], str]

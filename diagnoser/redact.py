@@ -315,7 +315,6 @@ _TOKEN_HINTS = ("_token", "token'", 'token"', "token=", "token:", "token ")
 _FLAT_HINTS = ("key", "secret", "passw", "://", "authoriz", "bearer", "hf_", "api_org_", "sk-", "ghp_", "gho_",
                "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "eyj", "xox", "aiza", "nvapi-", "cookie",
                "--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--cred", "--auth")
-HINTS = (*_FLAT_HINTS, *_TOKEN_HINTS)
 
 
 def secret_flag(name: str) -> bool:

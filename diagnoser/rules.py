@@ -30,12 +30,14 @@ if TYPE_CHECKING:
     from .sandbox import RuleSandbox
 
 SEVERITIES = ("error", "warning", "info")
+#: The one severity order (most severe first): ranking, --fail-on and every report use it.
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 FACT_TYPES = ("int", "float", "str", "gib", "size", "bytes", "list")
 AGGREGATES = ("max", "min", "sum", "first", "last", "count", "list", "distinct")
 
 RULE_KEYS = {
     "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
-    "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "catalog",
+    "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "wrapper", "context", "catalog",
     "overrides", "keep_when",
 }
 PATTERN_KEYS = {"phrase", "regex", "series", "threshold", "keywords", "generic", "stages", "catalog", "when"}
@@ -177,6 +179,10 @@ class Rule:
     overrides: tuple[str, ...] = ()
     #: evaluated on the finished finding (facts, the whole log's ctx, its `line`): false drops the finding
     keep_when: str | None = None
+    #: context, not a finding: shown in the report, never counted or gated on (the start-up summary)
+    context: bool = False
+    #: a message that reports another failure (EngineDeadError, "Worker failed"): ranked after every other error
+    wrapper: bool = False
 
     def produces(self) -> set[str]:
         """Every fact name this rule can hand to its templates."""
@@ -315,7 +321,7 @@ def _compile(source: Any, path: str, key: str, trusted: bool = False) -> Any:
 RULE_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "title": (str,), "severity": (str,), "stage": (str, list), "fine_stage": (str,), "match": (list,),
     "extract": (list,), "facts": (dict,), "derive": (dict,), "when": (str,), "aggregate": (dict,), "advice": (str,),
-    "fixes": (list,), "explanation": (str,), "references": (list,), "cases": (dict,), "fallback": (bool,),
+    "fixes": (list,), "explanation": (str,), "references": (list,), "cases": (dict,), "fallback": (bool,), "wrapper": (bool,),
     "catalog": (list,), "overrides": (list,), "keep_when": (str,),
 }
 PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
@@ -434,7 +440,7 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
         explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
         cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
         overrides=tuple(data.get("overrides") or ()),
-        keep_when=data.get("keep_when"),
+        keep_when=data.get("keep_when"), context=bool(data.get("context")), wrapper=bool(data.get("wrapper")),
     )
     produced = rule.produces()
     groups = set()

@@ -17,13 +17,12 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
-from . import datafiles
+from . import datafiles, serve_args
 from .keywords import KeywordIndex
 from .reader import Line
 from .releases import default, engine_for, parse_version
 from .stages import coarse, order
 
-GIB_FIELDS_FROM_MIB = "_mib"
 #: Frames that only say "inside the engine's start-up" (data/landmarks.yaml frames.engine_init)
 WEAK_FRAME_STAGE = "engine_init"
 
@@ -124,7 +123,6 @@ SETTING_ALIASES = {
 #: Keys from the engine config line: its values are resolved defaults, not the user's choice.
 ENGINE_ONLY = {"max_seq_len"}
 
-NUMBER = re.compile(r"-?[\d,]*\.?\d+(?:[eE][-+]?\d+)?")
 EXCEPTION = re.compile(
     r"^(?:[\w.]+\.)?(?P<exc>[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?:: (?P<msg>.*))?$"
     r"|^\s*Value error, (?P<pyd>.*)$"
@@ -170,6 +168,31 @@ def _coerce(value: Any) -> Any:
 SETTING_PAIR = re.compile(r"(?:^|[\s,{(])'?(?P<key>[a-z_][\w]*)'?\s*[=:]\s*(?P<value>'[^']*'|\"[^\"]*\"|[^,(){}\[\]]+)")
 
 
+def _dict_with_objects(text: str) -> dict[str, Any] | None:
+    """A dict repr whose values include objects (`[LoRAModulePath(name='sql', path='/p')]`): literals stay
+    values, each object stays its repr text (serve_args reads the fields it needs). None if not a dict."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    if not isinstance(node, ast.Dict):
+        return None
+
+    def value(v: ast.expr) -> Any:
+        try:
+            return ast.literal_eval(v)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            if isinstance(v, (ast.List, ast.Tuple)):
+                return [value(e) for e in v.elts]
+            return ast.get_source_segment(text, v)
+
+    out: dict[str, Any] = {}
+    for k, v in zip(node.keys, node.values, strict=False):
+        if isinstance(k, ast.Constant) and isinstance(k.value, str):
+            out[k.value] = value(v)
+    return out
+
+
 def parse_settings(text: str) -> dict[str, Any]:
     """A dict repr, a Namespace(...) body or a `k=v, k=v` config string -> dict (best effort, never raises)."""
     text = text.strip()
@@ -180,6 +203,9 @@ def parse_settings(text: str) -> dict[str, Any]:
                 return {str(k): v for k, v in value.items()}
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             pass
+        with_objects = _dict_with_objects(text)
+        if with_objects is not None:
+            return with_objects
     out: dict[str, Any] = {}
     for m in SETTING_PAIR.finditer(text):
         key = m.group("key")
@@ -188,43 +214,13 @@ def parse_settings(text: str) -> dict[str, Any]:
     return out
 
 
-SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
-               "-q": "--quantization"}
-
-
 def parse_command(text: str) -> dict[str, Any]:
-    """`vllm serve MODEL --max-model-len 2048 --enforce-eager` -> {'model': ..., 'max_model_len': 2048, ...}."""
-    import shlex
-
-    try:
-        tokens = shlex.split(text, comments=True)
-    except ValueError:  # an unterminated quote in a pasted fragment
-        tokens = text.split()
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens) and not tokens[i].startswith("-"):
-        if tokens[i] not in ("vllm", "serve", "python", "python3", "-m") and "=" not in tokens[i] \
-                and not tokens[i].endswith(("vllm", "api_server")) and "model" not in out:
-            out["model"] = tokens[i]
-        i += 1
-    while i < len(tokens):
-        tok = tokens[i]
-        i += 1
-        if tok in SHORT_FLAGS:
-            tok = SHORT_FLAGS[tok]
-        if not tok.startswith("--"):
-            if "model" not in out and not tok.startswith("-"):
-                out["model"] = tok
-            continue
-        name, eq, value = tok[2:].partition("=")
-        key = name.replace("-", "_")
-        if eq:
-            out[key] = _coerce(value)
-        elif i < len(tokens) and not tokens[i].startswith("--"):
-            out[key] = _coerce(tokens[i])
-            i += 1
-        else:
-            out[key] = True
+    """`vllm serve MODEL --max-model-len 2048 --enforce-eager -tp 2` -> {'model': ..., 'max_model_len': 2048,
+    'enforce_eager': True, 'tensor_parallel_size': 2} (arity and short forms from the flag list)."""
+    parsed = serve_args.parse_text(text)
+    out: dict[str, Any] = {"model": parsed.model} if parsed.model else {}
+    for key, value in parsed.settings().items():
+        out[key] = [_coerce(v) for v in value] if isinstance(value, list) else _coerce(value)
     return out
 
 

@@ -475,7 +475,7 @@ def test_markdown_environment_and_finding_content():
     out = render("markdown", [run_report(LOGS / "kv-cache-secrets.log", "logs/kv.log")])
     assert "vLLM `0.10.1`" in out and "model `meta-llama/Llama-3.1-8B-Instruct`" in out
     assert "max_model_len 131,072" in out and "utilization 0.92" in out
-    assert "**Numbers:** max_model_len 131,072" in out
+    assert "**Numbers:** max model len 131,072" in out and "required 16 GiB" in out
     assert "```sh\nvllm serve meta-llama/Llama-3.1-8B-Instruct" in out
     assert "10 secrets redacted" in out
     assert "No problems found." in render("markdown", [run_report(LOGS / "gate-clean.log", rules=gate_rule_set())])

@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 
 from diagnoser import memory as mem
 from diagnoser.cli import main
+from diagnoser.errors import UsageError
 from diagnoser.flags import closest_flag, load_flags, lookup, renamed
 from diagnoser.modelspec import load_gpu, load_model
 from diagnoser.plan import parse_size, plan
@@ -176,7 +176,7 @@ def test_sizes():
     assert parse_size("24GiB") == 24 * GIB
     assert parse_size("24G") == 24 * GIB
     assert parse_size("22528MiB") == 22528 * (1 << 20)
-    with pytest.raises(click.BadParameter):
+    with pytest.raises(UsageError):
         parse_size("lots")
 
 

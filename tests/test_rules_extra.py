@@ -16,6 +16,8 @@ ENGINE = ("INFO 06-01 10:00:05 [core.py:69] Initializing a V1 LLM engine (v0.10.
           "model='org/model-8b', max_seq_len=8192, tensor_parallel_size=1\n")
 LOADING = "(EngineCore_0 pid=71) INFO 06-01 10:00:10 [gpu_model_runner.py:1] Starting to load model org/model-8b...\n"
 SERVING = "(APIServer pid=70) INFO 06-01 10:01:00 [api_server.py:1] Starting vLLM API server on http://0.0.0.0:8000\n"
+#: a log that names its model: without one no command is suggested (issue 17)
+MODEL = ARGS.format(extra="")
 WRAPPER = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
 
 
@@ -103,7 +105,7 @@ def test_tp_divisibility_picks_a_valid_size_not_above_the_gpus_given():
 
 
 def test_bf16_on_an_old_gpu_switches_to_half():
-    f, _ = primary("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your "
+    f, _ = primary(MODEL + "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your "
                    "Tesla T4 GPU has compute capability 7.5. You can use float16 instead by explicitly setting the"
                    "`dtype` flag in CLI, for example: --dtype=half.\n")
     assert f.rule.id == "bf16-unsupported"
@@ -112,7 +114,7 @@ def test_bf16_on_an_old_gpu_switches_to_half():
 
 
 def test_batched_tokens_below_max_model_len():
-    f, _ = primary("ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (8192). This effectively "
+    f, _ = primary(MODEL + "ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (8192). This effectively "
                    "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
                    "sequences. Please increase max_num_batched_tokens or decrease max_model_len.\n")
     assert f.rule.id == "batched-tokens-below-max-model-len" and f.stage == "config"
@@ -120,13 +122,13 @@ def test_batched_tokens_below_max_model_len():
 
 
 def test_gpu_utilization_given_as_a_percentage():
-    f, _ = primary("ValueError: GPU memory utilization must be less than 1.0. Got 90.0.\n")
+    f, _ = primary(MODEL + "ValueError: GPU memory utilization must be less than 1.0. Got 90.0.\n")
     assert f.rule.id == "gpu-util-out-of-range"
     assert "--gpu-memory-utilization 0.9" in f.command
 
 
 def test_kv_cache_dtype_takes_the_suggested_choice():
-    f, _ = primary(LOADING + "ValueError: FP8 KV cache is not supported by the Triton attention backend on cuda:0 "
+    f, _ = primary(MODEL + LOADING + "ValueError: FP8 KV cache is not supported by the Triton attention backend on cuda:0 "
                              "(compute capability 8.6); native FP8 (fp8e4nv) requires SM89+. Re-run with "
                              "--kv-cache-dtype fp8_e5m2.\n")
     assert f.rule.id == "kv-cache-dtype-unsupported" and f.stage == "loading"
@@ -155,7 +157,7 @@ def test_unrecognized_flags_get_their_right_spelling():
     assert "--max_model_len -> --max-model-len" in f.advice
     assert "--gpu-memory-utilisation -> --gpu-memory-utilization" in f.advice
     assert "--task -> --runner" in f.advice
-    assert "vllm serve MODEL --max-model-len 4096 --gpu-memory-utilization 0.8 --runner embed" in f.advice
+    assert "vllm serve ORG/MODEL --max-model-len 4096 --gpu-memory-utilization 0.8 --runner embed" in f.advice
 
 
 def test_serve_repeated_after_the_docker_image():
@@ -177,7 +179,7 @@ def test_port_in_use_moves_to_the_next_port():
 
 
 def test_gated_model_needs_a_token():
-    f, _ = primary("huggingface_hub.errors.GatedRepoError: 401 Client Error. Cannot access gated repo for url "
+    f, _ = primary(MODEL + "huggingface_hub.errors.GatedRepoError: 401 Client Error. Cannot access gated repo for url "
                    "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/resolve/main/config.json. Access to model "
                    "meta-llama/Llama-3.1-8B-Instruct is restricted. You must have access to it and be authenticated "
                    "to access it. Please log in.\n")
@@ -206,7 +208,7 @@ def test_unsupported_architecture_says_upgrade():
 
 
 def test_remote_code_model_needs_trust_remote_code():
-    f, _ = primary("ValueError: Loading internlm/internlm2-chat-7b requires you to execute the configuration file "
+    f, _ = primary(MODEL + "ValueError: Loading internlm/internlm2-chat-7b requires you to execute the configuration file "
                    "in that repo on your local machine. Make sure you have read the code there to avoid malicious "
                    "use, then set the option `trust_remote_code=True` to remove this error.\n")
     assert f.rule.id == "unsupported-architecture" and "--trust-remote-code" in f.command
@@ -237,7 +239,7 @@ def test_v0_prompt_limit_warning():
 
 
 def test_swap_space_exhausted():
-    f, _ = primary(SERVING + "RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap "
+    f, _ = primary(MODEL + SERVING + "RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap "
                              "space to avoid this error.\n")
     assert f.rule.id == "swap-space-exhausted" and "--swap-space 8" in f.command
 

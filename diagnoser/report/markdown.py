@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from ..engine import Report
-from .model import finding_dict, report_dict
+from .model import finding_dict, report_dict, shown_numbers
 from .text import CONTEXT_KEYS, _fmt
 
 MAX_FINDINGS = 20
@@ -158,13 +158,16 @@ def _finding(fd: dict[str, Any], number: int, level: str) -> list[str]:
     if fd["occurrences"] > 1:
         where.append(f"seen {fd['occurrences']} times")
     out.append("*" + " · ".join(where) + "*")
-    if fd["facts"]:
-        out += ["", "**Numbers:** " + " · ".join(f"{k} {len(v) if k == 'windows' else _value(v)}"
-                                                 for k, v in fd["facts"].items())]
+    if fd.get("numbers"):
+        shown = (f"{label} {_value(v)}{unit if unit == '%' else (' ' + unit if unit else '')}"
+                 for label, unit, v in fd["numbers"])
+        out += ["", "**Numbers:** " + " · ".join(shown)]
     if fd["advice"]:
         out += ["", advice_markdown(fd["advice"])]
     if fd["command"]:
         out += ["", "**Run:**", "", fence(fd["command"], "sh")]
+    if fd.get("command_notes"):
+        out += ["", *(f"- {n}" for n in fd["command_notes"])]
     if fd["evidence"]:
         block, notes = evidence_block(fd["evidence"])
         out += ["", "**Evidence:**", "", block]
@@ -197,7 +200,7 @@ def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
         elif not r.findings:
             out += ["No problems found.", ""]
         for i, f in enumerate(r.findings[:MAX_FINDINGS], 1):
-            out += _finding(finding_dict(f), i, sub)
+            out += _finding({**finding_dict(f), "numbers": shown_numbers(f)}, i, sub)
         if len(r.findings) > MAX_FINDINGS:
             left = len(r.findings) - MAX_FINDINGS
             out += [f"*{_plural(left, 'more finding')} left out (`--format json` lists them all).*", ""]

@@ -12,6 +12,27 @@ SCHEMA_VERSION = 1
 TOOL = {"name": "vllm-doctor", "version": __version__}
 
 
+#: Unit suffixes of fact names, shown as units after the value.
+UNITS = (("_gib", "GiB"), ("_pct", "%"))
+
+
+def shown_numbers(f: Finding) -> list[tuple[str, str, Any]]:
+    """(label, unit, value) of the facts a person reads: what the log printed (the rule's `facts`) and the
+    aggregated counts, named in words ('tried to allocate', 'GiB'). Derived and internal values (util_now,
+    next_tp, hits, first_line, ...) stay in the JSON only; an unknown value is left out, never shown as 0."""
+    wanted = set(f.rule.facts) | set(f.rule.aggregate)
+    out = []
+    for key, value in f.facts.items():
+        if key not in wanted or key.startswith("_") or value is None:
+            continue
+        label, unit = key, ""
+        for suffix, name in UNITS:
+            if key.endswith(suffix):
+                label, unit = key[: -len(suffix)], name
+        out.append((label.replace("_", " "), unit, value))
+    return out
+
+
 def finding_dict(f: Finding) -> dict[str, Any]:
     """One finding as the contract names it."""
     out: dict[str, Any] = {
@@ -28,6 +49,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         "fixes": f.fixes,
         "command": f.command,
         "python": f.python,
+        "command_notes": f.command_notes,
         "ranks": f.ranks,
         "occurrences": f.occurrences,
     }

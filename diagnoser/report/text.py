@@ -8,7 +8,7 @@ from typing import Any
 
 from ..advise import Finding
 from ..engine import Report
-from .model import no_vllm_note
+from .model import no_vllm_note, shown_numbers
 
 COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m", "dim": "\x1b[2m",
           "bold": "\x1b[1m", "reset": "\x1b[0m"}
@@ -88,10 +88,10 @@ def _finding(f: Finding, index: int, paint: Any, report: Report | None = None) -
     out = [f"{index}. {head}", f"   {where}"]
     for ln in f.evidence:
         out.append(paint("dim", f"   {ln.number:>6} | {ln.raw[:300]}"))
-    if f.facts:
-        numbers = ", ".join(f"{k}={len(v) if k == 'windows' else _fmt(v)}" for k, v in f.facts.items()
-                            if not k.startswith("_") and v is not None
-                            and (k == "windows" or not isinstance(v, (dict, list)) or k == "ranks"))
+    shown = shown_numbers(f)
+    if shown:
+        numbers = ", ".join(f"{label} {_fmt(v)}{unit if unit == '%' else (' ' + unit if unit else '')}"
+                            for label, unit, v in shown)
         out.append(f"   numbers: {numbers}")
     out.extend(_sparks(f, report))
     if f.advice:
@@ -102,6 +102,10 @@ def _finding(f: Finding, index: int, paint: Any, report: Report | None = None) -
         out.append(f"   run: {f.command}")
         if f.python:
             out.append(f"   python: {f.python}")
+    if f.command_notes and f.severity == "error":
+        if not f.command:
+            out.append("")
+        out.extend(f"   note: {n}" for n in f.command_notes)
     return out
 
 

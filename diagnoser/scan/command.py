@@ -9,8 +9,10 @@ from typing import Any
 
 import click
 
+from ..rules import SEVERITY_RANK
+
 ENGINES = ("local", "ray")
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+SEVERITY_ORDER = SEVERITY_RANK   # the one severity order (rules.py)
 
 
 class Tally:
