@@ -321,8 +321,8 @@ def _compile(source: Any, path: str, key: str, trusted: bool = False) -> Any:
 RULE_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "title": (str,), "severity": (str,), "stage": (str, list), "fine_stage": (str,), "match": (list,),
     "extract": (list,), "facts": (dict,), "derive": (dict,), "when": (str,), "aggregate": (dict,), "advice": (str,),
-    "fixes": (list,), "explanation": (str,), "references": (list,), "cases": (dict,), "fallback": (bool,), "wrapper": (bool,),
-    "catalog": (list,), "overrides": (list,), "keep_when": (str,),
+    "fixes": (list,), "explanation": (str,), "references": (list,), "cases": (dict,), "fallback": (bool,),
+    "wrapper": (bool,), "catalog": (list,), "overrides": (list,), "keep_when": (str,),
 }
 PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "phrase": (str,), "regex": (str,), "threshold": (int, float), "keywords": (list,), "generic": (bool,),
