@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from .advise import Advisor, Finding
 from .engine import Report, prefilter_for
 from .errors import InputError
-from .matcher import Matcher
+from .matcher import Hit, Matcher
 from .reader import BLOCK, ReadStats, read_lines
 from .redact import Redactor
 from .report.model import finding_dict
@@ -34,8 +34,8 @@ from .rules import Rule
 from .stages import coarse
 from .tracker import Tracker
 
-POLL = 0.02          #: seconds between looks at an idle input
-IDLE_FLUSH = 0.05    #: input idle this long: the matcher's held lines are matched now (no more window coming)
+POLL = 0.1           #: seconds between looks at an idle input ...
+POLL_BUSY = 0.01     #: ... while the matcher holds lines: idle this long, they are matched (no more window coming)
 SETTLE = 1.0         #: a failure is certain once the input has been idle this long after it ...
 SETTLE_MAX = 5.0     #: ... or this long after it at the latest (the rest of a traceback, other ranks)
 EXIT_TIMEOUT = 3
@@ -128,15 +128,17 @@ class FollowSource:
 class Feed:
     """The binary stream the reader pulls from: tee'd byte for byte, and the Watch's clock between polls."""
 
-    def __init__(self, source: Any, tick: Callable[[bool], None], tee_fd: int | None) -> None:
+    def __init__(self, source: Any, tick: Callable[[bool], None], tee_fd: int | None,
+                 poll: Callable[[], float] = lambda: POLL) -> None:
         self.source = source
         self.tick = tick
+        self.poll = poll
         self.tee_fd = tee_fd
         self.last_data = time.monotonic()
 
     def read1(self, size: int = BLOCK) -> bytes:
         while True:
-            data = self.source.read(POLL)
+            data = self.source.read(self.poll())
             if data is None:
                 self.tick(True)
                 continue
@@ -168,7 +170,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 @dataclass
 class _Told:
-    finding: Finding
+    rule: str
+    severity: str
     count: int = 1
     said_count: int = 1
     said_at: float = 0.0
@@ -203,20 +206,23 @@ class Watch:
         self.feed: Feed | None = None
         self.findings: list[Finding] = []
         self.last_number = 0
+        # expressions compiled while the input is idle, one rule a tick, so the first hit of a rule does not
+        # pay for jinja2's compiler on the way to stderr
+        self._cold = [[*r.derive.values(), *(p.when for p in r.patterns if p.when), *([r.when] if r.when else [])]
+                      for r in self.rules]
 
     # the loop -----------------------------------------------------------------------------------------
 
     def run(self, source: Any) -> tuple[str, int]:
         """Read `source` to its end or to a verdict: returns (verdict, exit code)."""
-        self.feed = Feed(source, self._tick, self.tee_fd)
+        self.feed = Feed(source, self._tick, self.tee_fd,
+                         lambda: POLL_BUSY if self.matcher.held or self._cold or self.failure_at is not None else POLL)
         verdict = "exit"
         try:
             for line in read_lines(self.feed, prefilter_for(self.rules), self.redactor, self.stats):
                 self.last_line_at = self.clock()
                 self.matcher.feed(line, self.tracker.observe(line))
                 self._after_line(line.number)
-            self.matcher.finish()
-            self._new_hits(final=True)
         except Stop as stop:
             verdict = stop.verdict
         return self._verdict(verdict)
@@ -249,9 +255,12 @@ class Watch:
 
     def _tick(self, idle: bool) -> None:
         now = self.clock()
-        if idle and self.matcher._pending and self.feed is not None and now - self.feed.last_data >= IDLE_FLUSH:
+        if idle and self.matcher.held:
             self.matcher.finish()  # nothing more is coming for now: match the held lines
             self._new_hits()
+        elif idle and self._cold:
+            for source in self._cold.pop():
+                self.matcher.ev.value(source, {})
         self._check()
         self._counts(now)
 
@@ -265,34 +274,36 @@ class Watch:
                 raise Stop("failure")
 
     def _new_hits(self, final: bool = False) -> None:
+        """Announce each rule the first time it hits, straight from the hit (no advice rendering on the way:
+        the first rendering compiles templates, too slow for a live line); count its repeats."""
         hits = self.matcher.hits
         fresh = hits[self.seen:]
         self.seen = len(hits)
-        if not fresh and not final:
-            return
-        known = {h.rule.id for h in fresh} - set(self.told)
+        replaced = {(h.line.number, rid) for h in fresh for rid in h.rule.overrides}
         for h in fresh:
-            if h.rule.id in self.told:
-                self.told[h.rule.id].count += 1
-        if not known and not final:
-            return
-        self.findings = self.advisor.findings(list(hits), self.tracker.context)
-        for f in self.findings:
-            if f.rule.id in self.told or f.severity == "info" and not final:
+            rule = h.rule
+            if rule.id in self.told:
+                self.told[rule.id].count += 1
                 continue
-            self.told[f.rule.id] = _Told(f, count=f.occurrences, said_count=f.occurrences, said_at=self.clock())
-            if f.severity == "info":
-                continue
-            self._announce(f)
-            if f.severity == "error" and not f.rule.fallback and self.failure_at is None:
+            if rule.severity == "info" or rule.keep_when or rule.fallback or (h.line.number, rule.id) in replaced:
+                continue  # these need the whole picture: reported with the findings at the end
+            stage = h.stage if (h.stage in rule.stage_choices or not rule.stage) else rule.stage
+            self.told[rule.id] = _Told(rule.id, rule.severity, count=1, said_count=1, said_at=self.clock())
+            self._announce(h, stage)
+            if rule.severity == "error" and self.failure_at is None:
                 self.failure_at = self.clock()
+        if final:
+            self.findings = self.advisor.findings(list(hits), self.tracker.context)
 
-    def _announce(self, f: Finding) -> None:
+    def _announce(self, hit: Hit, stage: str | None) -> None:
+        rule = hit.rule
         if self.opts.fmt == "jsonl":
-            self._event({"event": "finding", **finding_dict(f)})
+            self._event({"event": "finding", "rule": rule.id, "title": rule.title, "severity": rule.severity,
+                         "stage": stage, "fine_stage": rule.fine_stage or hit.fine_stage, "line": hit.line.number,
+                         "text": hit.line.text, "facts": hit.facts})
         else:
-            self.emit(f"vllm-doctor: line {f.line}: {f.severity} [{f.rule.id}] {f.rule.title} "
-                      f"(stage: {f.stage or 'unknown'})")
+            self.emit(f"vllm-doctor: line {hit.line.number}: {rule.severity} [{rule.id}] {rule.title} "
+                      f"(stage: {stage or 'unknown'})")
 
     def _counts(self, now: float) -> None:
         for rid, told in self.told.items():
@@ -300,7 +311,7 @@ class Watch:
                 told.said_count, told.said_at = told.count, now
                 if self.opts.fmt == "jsonl":
                     self._event({"event": "count", "rule": rid, "occurrences": told.count})
-                elif told.finding.severity != "info":
+                elif told.severity != "info":
                     self.emit(f"vllm-doctor: [{rid}] seen {told.count} times so far")
 
     def _event(self, doc: dict[str, Any]) -> None:
@@ -310,6 +321,8 @@ class Watch:
 
     def _verdict(self, verdict: str) -> tuple[str, int]:
         """The exit code for how the loop ended, and the closing events."""
+        self.matcher.finish()
+        self._new_hits(final=True)
         errors = [f for f in self.findings if f.severity == "error"]
         elapsed = self.clock() - self.start
         if verdict == "ready":
@@ -338,8 +351,9 @@ class Watch:
             code = 0
         self._event({"event": "summary", "verdict": verdict, "exit_code": code, "after_s": round(elapsed, 3),
                      "lines": self.stats.lines or self.last_number, "ready_line": self.ready_line,
-                     "findings": {s: sum(1 for f in self.findings if f.severity == s)
-                                  for s in ("error", "warning", "info")}})
+                     "counts": {s: sum(1 for f in self.findings if f.severity == s)
+                                for s in ("error", "warning", "info")},
+                     "findings": [finding_dict(f) for f in self.findings]})
         return verdict, code
 
 

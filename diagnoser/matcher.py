@@ -132,6 +132,11 @@ class Matcher:
             self._match_first()
         return self.hits
 
+    @property
+    def held(self) -> int:
+        """Lines waiting for their window (live mode matches them with finish() once the input is idle)."""
+        return len(self._pending)
+
     # -- internals -----------------------------------------------------------------------------------
 
     def _window(self) -> list[Line]:

@@ -30,6 +30,7 @@ JSON_LINE = re.compile(
 #: A CRI (containerd / CRI-O, /var/log/pods) partial line: `<time> stdout P <piece>`, continued on the next.
 CRI_PARTIAL = re.compile(rb"^(\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) )P (.*)$", re.MULTILINE)
 CRI_MARKERS = (b" stdout P ", b" stderr P ")
+CRI_HEAD = re.compile(rb"\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] ")
 MAX_DEPTH = 3            #: a wrapper inside a wrapper (Loki line holding a docker record holding vLLM JSON)
 MAX_RECORD = 8 << 20     #: a longer JSON line is left as it is (the reader cuts it in pieces)
 
@@ -53,8 +54,10 @@ class Decoder:
         Returns the new block and, when it changed, the index of the physical input line each output line
         comes from (the reader's line numbers stay the original ones); else the block and None.
         """
-        has_json = b'{"' in block
-        has_cri = self.pending_cri or any(m in block for m in CRI_MARKERS)
+        has_json = _has_record(block)
+        # the kubelet writes every line of a pod's log in CRI form: a block of them starts with one
+        has_cri = bool(self.pending_cri) or (CRI_HEAD.match(block) is not None
+                                             and any(m in block for m in CRI_MARKERS))
         if not has_json and not has_cri:
             return block, None
         lines = block.split(b"\n")
@@ -244,6 +247,17 @@ class Decoder:
         if not isinstance(body, str):
             return None
         return self._text(body, depth)
+
+
+def _has_record(block: bytes) -> bool:
+    """Whether `{"` occurs in the block: memchr for each `{` (rare in a plain log) beats a two-byte search."""
+    find = block.find
+    i = find(b"{")
+    while i != -1:
+        if block[i + 1:i + 2] == b'"':
+            return True
+        i = find(b"{", i + 1)
+    return False
 
 
 def _any_value(value: Any) -> Any:
