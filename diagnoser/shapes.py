@@ -54,6 +54,8 @@ class Decoder:
         Returns the new block and, when it changed, the index of the physical input line each output line
         comes from (the reader's line numbers stay the original ones); else the block and None.
         """
+        if PRETTY_MARKERS[0] in block or PRETTY_MARKERS[1] in block:
+            return _pretty(block)
         has_json = _has_record(block)
         # the kubelet writes every line of a pod's log in CRI form: a block of them starts with one
         has_cri = bool(self.pending_cri) or (CRI_HEAD.match(block) is not None
@@ -247,6 +249,38 @@ class Decoder:
         if not isinstance(body, str):
             return None
         return self._text(body, depth)
+
+
+#: `gcloud logging read --format=json` (and the console's download): one pretty-printed JSON array, a field a line
+PRETTY_MARKERS = (b'  "textPayload": "', b'  "jsonPayload": {')
+PRETTY_TEXT = re.compile(rb'^\s*"(?:textPayload|message)": ("(?:[^"\\]|\\.)*"),?\s*$')
+PRETTY_SYNTAX = re.compile(rb'^\s*(?:[\[\]{}],?|"[^"\n]*": .*)\s*$')
+
+
+def _pretty(block: bytes) -> tuple[bytes, list[int]]:
+    """A pretty-printed export: each text field's value is a log line; the rest of the JSON is dropped."""
+    out: list[bytes] = []
+    line_map: list[int] = []
+    lines = block.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for index, raw in enumerate(lines):
+        m = PRETTY_TEXT.match(raw)
+        if m:
+            try:
+                text = json.loads(m.group(1))
+            except ValueError:
+                text = None
+            if isinstance(text, str):
+                for part in text.rstrip("\n").split("\n"):
+                    out.append(part.encode("utf-8", errors="surrogateescape"))
+                    line_map.append(index)
+                continue
+        if PRETTY_SYNTAX.match(raw):
+            continue
+        out.append(raw)
+        line_map.append(index)
+    return b"".join(part + b"\n" for part in out), line_map
 
 
 def _has_record(block: bytes) -> bool:

@@ -92,6 +92,16 @@ def gcp_export(lines: list[str]) -> str:
         "receiveTimestamp": _ts(i)}) + "\n" for i, line in enumerate(lines))
 
 
+def gcloud_read_json(lines: list[str]) -> str:
+    """`gcloud logging read --format=json`: one pretty-printed array (keys sorted, two-space indent)."""
+    return json.dumps([{
+        "insertId": f"qm4x{i:06d}", "labels": {"k8s-pod/app": "vllm"}, "logName": "projects/acme-ml/logs/stderr",
+        "receiveTimestamp": _ts(i), "resource": {"labels": {"container_name": "vllm", "pod_name": "vllm-0"},
+                                                  "type": "k8s_container"},
+        "severity": "ERROR", "textPayload": line + "\n", "timestamp": _ts(i)} for i, line in enumerate(lines)],
+        indent=2, sort_keys=True) + "\n"
+
+
 def loki_jsonl(lines: list[str]) -> str:
     """`logcli query --output=jsonl`: {"labels", "line", "timestamp"} (Go sorts the keys)."""
     return "".join(json.dumps({"labels": {"app": "vllm", "namespace": "llm", "pod": "vllm-0"}, "line": line,
@@ -177,6 +187,17 @@ def test_each_shape_gives_the_same_findings(case, shape, plain):
         lines = lines[:-1]
     got = _summary(SHAPES[shape](lines).encode("utf-8"))
     assert got == want
+
+
+@pytest.mark.parametrize("name", ["kv-cache-too-small-v1-0.16.log", "weights-oom-v1-0.9-tp2.log",
+                                  "preemption-v1-0.12.log", "healthy-v1-0.31.log", "warmup-oom-cudagraph-0.10.log"])
+def test_pretty_printed_gcloud_export(name, plain):
+    """`gcloud logging read --format=json` spreads a record over ~15 lines, so a message's continuation line
+    is no longer the next line (facts read from such a line may be missing): the findings and stages stay."""
+    lines, want = plain(name)
+    got = _summary(gcloud_read_json(lines[:-1] if lines[-1] == "" else lines).encode())
+    assert [(r, sev, stage) for r, sev, stage, _ in got] == [(r, sev, stage) for r, sev, stage, _ in want]
+    assert [dict(f) for *_, f in got] == [dict(f) for *_, f in want]
 
 
 def test_mixed_shapes_in_one_input():
