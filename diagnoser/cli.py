@@ -10,6 +10,7 @@ Each command imports what it needs when it runs: `--version` and `--help` load n
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import textwrap
@@ -148,9 +149,9 @@ def exit_code(reports: list[Report], fail_on: str, exit_zero: bool) -> int:
     return 1 if hit else 0
 
 
-def _diagnose_options(func: Any) -> Any:
+def _diagnose_options(func: Any, files: bool = True) -> Any:
     options = [
-        click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True)),
+        *([click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))] if files else []),
         click.option("--format", "-f", "fmt", type=click.Choice(_format_choices()), default="auto",
                       show_default=True, help="Output format (auto: github in GitHub Actions, else text)."),
         click.option("--fail-on", type=click.Choice(FAIL_ON), default="error", show_default=True,
@@ -168,6 +169,7 @@ def _diagnose_options(func: Any) -> Any:
                      help="JSON: add the serving phase's downsampled time series per engine (top-level `series`)."),
         click.option("--live", is_flag=True,
                      help="Announce each problem on stderr the moment it appears (for a running server)."),
+        *LIVE_OPTIONS,
     ]
     for opt in reversed(options):
         func = opt(func)
@@ -195,6 +197,19 @@ def renderer(name: str) -> Any:
     return pick(name)
 
 
+LIVE_OPTIONS = [
+    click.option("--tee", is_flag=True, help="Pass the input to stdout unchanged; findings go to stderr."),
+    click.option("--follow", type=click.Path(dir_okay=False), default=None,
+                 help="Follow FILE like tail -F (it may not exist yet, be truncated or rotated)."),
+    click.option("--until", type=click.Choice(["ready", "failure", "exit"]), default=None,
+                 help="Stop at: ready (exit 0), a certain failure (exit 1), or the end of the input."),
+    click.option("--timeout", type=click.FloatRange(min=0), default=None,
+                 help="Give up after S seconds (exit 3, with the stage it was in and for how long)."),
+    click.option("--update-every", type=click.FloatRange(min=0), default=10.0, show_default=True,
+                 help="Live: print a repeated finding's running count at most every S seconds."),
+]
+
+
 def _announcer() -> Any:
     """Live mode: one stderr line per new problem (once per rule), before the full report at the end."""
     told: set[str] = set()
@@ -215,8 +230,10 @@ def _say(hit: Any) -> None:
 
 def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rule_paths: tuple[str, ...],
                   no_redact: bool, color: bool | None, config_file: str | None, output: str | None,
-                  live: bool = False, gate: bool = False, with_series: bool = False) -> int:
-    """Shared by `diagnose` and `check` (`gate`): returns the exit code.
+                  live: bool = False, gate: bool = False, with_series: bool = False, tee: bool = False,
+                  follow: str | None = None, until: str | None = None, timeout: float | None = None,
+                  update_every: float = 10.0, command: list[str] | None = None, kill_on_failure: bool = False) -> int:
+    """Shared by `diagnose`, `check` (`gate`) and `run`: returns the exit code.
 
     An unreadable input does not hide the others: they are reported, then each bad one is named and the
     exit code is 2. An input with no vLLM line at all is an error for `check` and a note for `diagnose`.
@@ -240,6 +257,25 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
             # the report was redacted while reading (and counts what it removed): only stderr is filtered again
             stream.redact = None if no_redact or stream is sys.stdout else stream.redact
             stream.allow_commands = fmt == "github" and stream is sys.stdout
+    if tee or follow or until or timeout is not None or command:
+        from .live import LiveOptions, run_live
+
+        if len(files) > 1 or (files and (follow or command)):
+            raise click.UsageError("live modes read one input: a FILE, --follow FILE, stdin or `run -- CMD`")
+        opts = LiveOptions(until=until, timeout=timeout, tee=tee, fmt="jsonl" if fmt == "jsonl" else "text",
+                           update_every=update_every, fail_on=fail_on)
+        out_opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
+        if color is not None:
+            out_opts["color"] = color
+        elif output or tee:
+            out_opts["color"] = False
+
+        def render(report: Report) -> str:
+            return renderer(pick_format(fmt))([report], out_opts)
+
+        return run_live(opts, rules, render, files[0] if files else "-", follow=follow, command=command,
+                        redact=not no_redact, output=output, kill_on_failure=kill_on_failure,
+                        exit_code=lambda r: exit_code([r], fail_on, exit_zero))
     reports = []
     errors: list[str] = []
     for name, stream in _open_inputs(files, errors):
@@ -302,6 +338,20 @@ def _rules_with(rule_paths: tuple[str, ...]) -> list[Rule]:
         return load_rules(tuple(Path(p) for p in rule_paths))
     except RuleError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+@main.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--kill-on-failure", is_flag=True, help="Stop the command (SIGTERM, then SIGKILL) on a failure.")
+@functools.partial(_diagnose_options, files=False)
+def run_cmd(command: tuple[str, ...], kill_on_failure: bool, **kwargs: Any) -> None:
+    """Run COMMAND (after --), diagnose its output live; the exit code is the verdict.
+
+    \b
+      vllm-doctor run --tee --until ready --timeout 900 -- vllm serve meta-llama/Llama-3.1-8B-Instruct
+    Signals are forwarded to the command. 0 ready / exited cleanly, 1 failure, 3 timeout.
+    """
+    sys.exit(run_diagnosis(files=(), command=list(command), kill_on_failure=kill_on_failure, **kwargs))
 
 
 @main.command("rules")

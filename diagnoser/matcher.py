@@ -180,9 +180,11 @@ class Fold:
             self._first_line = line.number
         self._last_line = max(self._last_line, line.number)
         if line.timestamp:
-            if self._first_time is None or line.number < self._first_time_line:
+            if self._first_time is None or line.number < self._first_time_line or (
+                    line.number == self._first_time_line and line.timestamp < self._first_time):
                 self._first_time, self._first_time_line = line.timestamp, line.number
-            if line.number >= self._last_time_line:
+            if line.number > self._last_time_line or (
+                    line.number == self._last_time_line and line.timestamp >= (self._last_time or "")):
                 self._last_time, self._last_time_line = line.timestamp, line.number
         merged = self._by_rank.setdefault(line.rank if line.rank is not None else -1, {})
         for k, v in hit.facts.items():
@@ -293,6 +295,11 @@ class Matcher:
                 out.append(hit)
         self.hits.extend(out)
         return out
+
+    @property
+    def held(self) -> int:
+        """Lines waiting for their window (live mode matches them with finish() once the input is idle)."""
+        return len(self._pending)
 
     # -- internals -----------------------------------------------------------------------------------
 

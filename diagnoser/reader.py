@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from .shapes import Decoder
+
 BLOCK = 1 << 20          #: bytes read at a time
 MAX_LINE = 1 << 20       #: a longer line is handled in pieces of this size (same line number)
 PASTE_MAX = 8 << 20     #: inputs past this size are files, not pastes: no hard-wrap detection
@@ -42,9 +44,16 @@ PROC = r"\((?P<proc>[A-Za-z_][\w]*(?:[ _][\w=]+)*?)\s+pid=(?P<pid>\d+)(?:,\s*ip=
 #: Prefixes stripped from the start of a line, repeatedly, in any order.
 PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("quote", re.compile(r"^(?:>[ \t]?)+")),
+    # shippers' text shapes (JSON records are decoded before, in shapes.py): `kubectl logs --prefix`,
+    # `journalctl -o short-iso` (time, host, identifier[pid]), RFC 5424 syslog
+    ("kubectl", re.compile(r"^\[(?:pod/)?[\w.-]+/[\w.-]+\] ")),
+    ("journal", re.compile(
+        r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) [\w.-]+ [\w.@/-]+\[\d+\]: ")),
+    ("rfc5424", re.compile(r"^<\d{1,3}>1 \S+ \S+ \S+ \S+ \S+ (?:-|(?:\[[^\]]*\])+) ?")),
     ("iso", re.compile(
         r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s*(?:\|\s*)?")),
-    ("syslog", re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w.@/-]+(?:\[\d+\])?: ")),
+    ("syslog", re.compile(
+        r"^(?:<\d{1,3}>)?[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.-]+ [\w.@/-]+(?:\[\d+\])?: ")),
     ("cri", re.compile(r"^(?:stdout|stderr) [FP] ")),
     ("compose", re.compile(r"^[a-z0-9][\w.-]*-\d+\s+\| ")),
     ("pipe", re.compile(rf"^(?:(?:{LEVELS})\s*\|\s*)?(?:stdout|stderr)\s*\|\s*")),
@@ -52,7 +61,7 @@ PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("rank", re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")),
     ("vllm", re.compile(
         rf"^(?P<level>{LEVELS}) (?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? "
-        r"(?:\[(?P<src>[^\]\s]+:\d+)\]|(?P<src_old>[\w./-]+:\d+)\])[ \t]?")),
+        r"(?:\[(?P<src>[^\]\s]+:\d+)\]|(?P<src_old>[\w./-]+:\d+)\])?[ \t]?")),
     ("uvicorn", re.compile(rf"^(?P<level>{LEVELS}):\s+")),
 )
 
@@ -342,6 +351,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     before its lines are yielded (what is counted rather than read: access lines).
     """
     st = stats if stats is not None else ReadStats()
+    shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
     carry = b""
     number = 0  # line number of the first line in the next block
     pending_follow = 0
@@ -366,12 +376,14 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
         lines_in_block = block.count(b"\n")
+        block, shape_map = shapes.decode_block(block)
         if on_block is not None:
             on_block(number, block)
         if prefilter is not None and st.bytes > PASTE_MAX:
             # past the paste-sized start: the same lines, found without a pass over each line of the block
             # (request-logger and access lines are skipped where the search lands, not blanked beforehand)
-            yield from _block_lines(block, number, prefilter, redact, pending_follow, st, blank=is_user_content)
+            yield from _block_lines(block, number, prefilter, redact, pending_follow, st, shape_map,
+                                    blank=is_user_content)
             pending_follow = _follow_after(block, prefilter, is_user_content)
             number += lines_in_block
             continue
@@ -379,15 +391,20 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             block = blank_user_content(block)
         # hard wraps come from pasting what a terminal or chat showed: only the start of an input can be one
         block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
+        if shape_map is not None:
+            line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
         if prefilter is not None:
             pending_follow = _follow_after(block, prefilter)
         number += lines_in_block
     if carry:  # a last line without a newline (a truncated log)
+        block = shapes.decode_block(carry + b"\n")[0] + shapes.flush()
         if on_block is not None:
-            on_block(number, carry + b"\n")
-        yield from _block_lines(carry + b"\n", number, prefilter, redact, pending_follow, st)
+            on_block(number, block)
+        yield from _block_lines(block, number, prefilter, redact, pending_follow, st, [0] * block.count(b"\n"))
         number += 1
+    elif rest := shapes.flush():  # a shipper's partial line whose end never came
+        yield from _block_lines(rest, max(number - 1, 0), prefilter, redact, 0, st, [0] * rest.count(b"\n"))
     st.lines = number
 
 

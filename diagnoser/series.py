@@ -80,23 +80,27 @@ class Clock:
         self.relative = False
         self._year = 2000
         self._last: float | None = None
+        self.source: str | None = None   #: "vllm" or "iso", set by the first timed line
 
     def of_line(self, line: Line) -> float | None:
-        m = ISO_TIME.match(line.raw)
+        """One clock for the whole log, chosen by its first timed line: vLLM's own header time (the same
+        whatever shipper wrapped the line), else a shipper's ISO time (which carries the year)."""
+        m = VLLM_TIME.match(line.timestamp) if line.timestamp and self.source != "iso" else None
         if m:
+            self.source = "vllm"
+            mo, d, h, mi, s = (int(g) for g in m.groups())
+            before = self._last
+            t = self._stamp(self._year, mo, d, h, mi, s)
+            if t is not None and before is not None and t < before - 180 * 86400:
+                self._year += 1
+                t = self._stamp(self._year, mo, d, h, mi, s)
+            return t
+        m = ISO_TIME.match(line.raw) if self.source != "vllm" else None
+        if m:
+            self.source = "iso"
             y, mo, d, h, mi, s = (int(g) for g in m.groups())
             self.year_known = True
             return self._stamp(y, mo, d, h, mi, s)
-        if line.timestamp:
-            m = VLLM_TIME.match(line.timestamp)
-            if m:
-                mo, d, h, mi, s = (int(g) for g in m.groups())
-                before = self._last
-                t = self._stamp(self._year, mo, d, h, mi, s)
-                if t is not None and before is not None and t < before - 180 * 86400:
-                    self._year += 1
-                    t = self._stamp(self._year, mo, d, h, mi, s)
-                return t
         return None
 
     def _stamp(self, y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:

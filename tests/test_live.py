@@ -1,0 +1,261 @@
+"""Live modes: --tee passes the input through byte for byte; --until ready/failure exits at the right moment
+while a producer is still writing; --timeout says where it was stuck; `run` runs the command and its exit
+code is the verdict; --follow survives a file that appears late, is truncated or rotated.
+
+No timing assertions beyond generous bounds: a producer that would take a minute must not be waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from diagnoser.live import FollowSource, LiveOptions, Watch
+from diagnoser.rules import builtin_rules
+
+from .conftest import FIXTURES
+
+DOCTOR = [sys.executable, "-m", "diagnoser"]
+
+
+class ChunkSource:
+    """A scripted input: bytes chunks, and None for 'nothing came this poll' (idle ticks)."""
+
+    def __init__(self, chunks):
+        self.chunks = list(chunks)
+
+    def read(self, timeout):
+        if not self.chunks:
+            return b""
+        return self.chunks.pop(0)
+
+
+def _tee(chunks) -> bytes:
+    with tempfile.TemporaryFile() as out:
+        watch = Watch(builtin_rules(), LiveOptions(tee=True), emit=lambda s: None, tee_fd=out.fileno())
+        watch.run(ChunkSource(chunks))
+        out.seek(0)
+        return out.read()
+
+
+LOG_BITS = st.sampled_from([b"\n", b"\r\n", b"\r", b"INFO 01-02 03:04:05 [core.py:1] ", b"ERROR ", b"Traceback",
+                            b"CUDA out of memory", b'{"log":"x', b'"}\n', b"\xff\xfe", b"\x1b[31m", b" " * 7])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.binary(max_size=300), LOG_BITS), max_size=40), st.data())
+def test_tee_output_is_the_input_byte_for_byte(pieces, data):
+    """Arbitrary bytes, cut into arbitrary chunks with idle polls between them, partial last line or not."""
+    stream = b"".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+    chunks, prev = [], 0
+    for cut in [*cuts, len(stream)]:
+        if cut > prev:
+            chunks.append(stream[prev:cut])
+        if data.draw(st.booleans()):
+            chunks.append(None)
+        prev = max(prev, cut)
+    assert _tee(chunks) == stream
+
+
+def test_tee_of_a_fixture_through_the_cli_is_identical():
+    raw = (FIXTURES / "kv-cache-too-small-v1-0.16.log").read_bytes()
+    proc = subprocess.run([*DOCTOR, "--tee"], input=raw, capture_output=True, timeout=60)
+    assert proc.stdout == raw
+    assert proc.returncode == 1
+    assert "[kv-cache-too-small]" in proc.stderr.decode()
+
+
+PRODUCER = textwrap.dedent("""
+    import sys, time
+    lines = open(sys.argv[1], "rb").read().splitlines(keepends=True)
+    out = sys.stdout.buffer
+    stall_after = int(sys.argv[2]) if len(sys.argv) > 2 else len(lines)
+    for i, line in enumerate(lines):
+        if i == stall_after:
+            break
+        out.write(line); out.flush(); time.sleep(0.01)
+    time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 60)  # a server that keeps running (or hangs)
+""")
+
+
+@pytest.fixture(scope="module")
+def producer(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("live") / "producer.py"
+    path.write_text(PRODUCER)
+    return path
+
+
+def _piped(producer, fixture, doctor_args, stall_after=None, timeout=45):
+    """`producer | vllm-doctor ARGS`: returns (exit code, stdout, stderr, seconds until the doctor exited)."""
+    args = [sys.executable, str(producer), str(FIXTURES / fixture)]
+    if stall_after is not None:
+        args.append(str(stall_after))
+    prod = subprocess.Popen(args, stdout=subprocess.PIPE)
+    start = time.monotonic()
+    # files, not pipes: with --tee a drainer keeps copying the producer's output after the doctor exits
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            doc = subprocess.Popen([*DOCTOR, *doctor_args], stdin=prod.stdout, stdout=out, stderr=err)
+            code = doc.wait(timeout)
+            took = time.monotonic() - start
+        finally:
+            prod.kill()
+            prod.wait()
+        out.seek(0)
+        err.seek(0)
+        return code, out.read().decode(), err.read().decode(), took
+
+
+def test_until_ready_exits_0_while_the_server_keeps_running(producer):
+    code, out, err, took = _piped(producer, "healthy-v1-0.10.log", ["--until", "ready", "--tee"])
+    assert code == 0, err
+    assert "vllm-doctor: ready at line" in err
+    assert took < 40  # the producer runs for a minute more: the doctor did not wait for it
+    assert "Starting vLLM API server" in out or "Application startup complete" in out
+
+
+def test_until_ready_exits_1_on_a_certain_failure_with_the_diagnosis(producer):
+    code, out, err, took = _piped(producer, "kv-cache-too-small-v1-0.16.log", ["--until", "ready"])
+    assert code == 1, err
+    assert "[kv-cache-too-small]" in err  # announced the moment it was read
+    assert "Set --max-model-len" in out or "--max-model-len" in out  # the diagnosis, printed
+    assert took < 40
+
+
+def test_until_ready_jsonl_events(producer):
+    code, out, err, _ = _piped(producer, "weights-oom-v1-0.15.log", ["--until", "ready", "--format", "jsonl"])
+    events = [json.loads(line) for line in out.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert code == 1
+    assert "stage" in kinds and "finding" in kinds and kinds[-1] == "summary"
+    finding = next(e for e in events if e["event"] == "finding")
+    assert finding["rule"] == "weights-oom" and finding["severity"] == "error"
+    assert events[-1]["verdict"] == "failure" and events[-1]["exit_code"] == 1
+    assert "loading" in [e["stage"] for e in events if e["event"] == "stage"]
+
+
+def test_timeout_says_the_stage_and_for_how_long(producer):
+    lines = (FIXTURES / "healthy-v1-0.10.log").read_text().splitlines()
+    loading = next(i for i, line in enumerate(lines) if "Starting to load model" in line or "Loading weights" in line)
+    code, _, err, took = _piped(producer, "healthy-v1-0.10.log", ["--until", "ready", "--timeout", "2"],
+                                stall_after=loading + 1)
+    assert code == 3, err
+    assert "timeout after 2 s" in err and "stage loading (weight_loading)" in err
+    assert took < 30
+
+
+def test_log_that_ends_before_ready_is_a_failure(tmp_path):
+    log = tmp_path / "partial.log"
+    log.write_text("\n".join((FIXTURES / "healthy-v1-0.10.log").read_text().splitlines()[:12]) + "\n")
+    proc = subprocess.run([*DOCTOR, "--until", "ready", str(log)], capture_output=True, timeout=60)
+    assert proc.returncode == 1
+    assert "ended before the server was ready" in proc.stderr.decode()
+
+
+def test_run_the_command_ready(producer):
+    proc = subprocess.run([*DOCTOR, "run", "--until", "ready", "--", sys.executable, str(producer),
+                           str(FIXTURES / "healthy-v1-0.31.log")], capture_output=True, timeout=45)
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_run_kill_on_failure_stops_the_command(producer, tmp_path):
+    pidfile = tmp_path / "pid"
+    script = tmp_path / "serve.py"
+    script.write_text(f"import os; open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+                      + PRODUCER.replace("import sys, time", "import sys, time, os"))
+    proc = subprocess.run([*DOCTOR, "run", "--until", "ready", "--kill-on-failure", "--", sys.executable, str(script),
+                           str(FIXTURES / "no-cache-blocks-v1-0.32.log")], capture_output=True, timeout=45)
+    assert proc.returncode == 1
+    assert "[no-cache-blocks]" in proc.stderr.decode()
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the command still runs after --kill-on-failure")
+
+
+def test_run_exit_code_when_the_command_fails_silently(tmp_path):
+    proc = subprocess.run([*DOCTOR, "run", "--", sys.executable, "-c", "print('hello'); raise SystemExit(4)"],
+                          capture_output=True, timeout=45)
+    assert proc.returncode == 1
+    assert "exited with status 4" in proc.stderr.decode()
+    assert not proc.stdout.startswith(b"hello")  # without --tee the output is not echoed; the report is
+    proc = subprocess.run([*DOCTOR, "run", "--tee", "--", sys.executable, "-c", "print('hello')"],
+                          capture_output=True, timeout=45)
+    assert proc.returncode == 0 and proc.stdout.startswith(b"hello\n")
+
+
+def test_follow_a_file_that_appears_is_truncated_and_rotated(tmp_path):
+    path = tmp_path / "vllm.log"
+    src = FollowSource(str(path))
+
+    def drain():
+        got = b""
+        for _ in range(5):
+            data = src.read(0)
+            if data:
+                got += data
+        return got
+
+    assert src.read(0) is None  # not there yet
+    path.write_bytes(b"one\n")
+    assert drain() == b"one\n"
+    with path.open("ab") as fh:
+        fh.write(b"two\n")
+    assert drain() == b"two\n"
+    path.write_bytes(b"3\n")  # truncated (shorter than what was read) and rewritten
+    assert drain() == b"3\n"
+    os.rename(path, tmp_path / "vllm.log.1")  # rotated: the old file gets its last words, then the new one
+    with (tmp_path / "vllm.log.1").open("ab") as fh:
+        fh.write(b"last of old\n")
+    assert drain() == b"last of old\n"
+    path.write_bytes(b"new file\n")
+    assert drain() == b"new file\n"
+
+
+def test_follow_until_failure_cli(tmp_path):
+    path = tmp_path / "vllm.log"
+    doc = subprocess.Popen([*DOCTOR, "--follow", str(path), "--until", "failure", "--timeout", "40"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(0.5)
+        with path.open("wb") as fh:
+            for line in (FIXTURES / "tp-divisibility-0.6.log").read_bytes().splitlines(keepends=True):
+                fh.write(line)
+                fh.flush()
+                time.sleep(0.005)
+        out, err = doc.communicate(timeout=40)
+    finally:
+        doc.kill()
+    assert doc.returncode == 1, err.decode()
+    assert b"[tp-divisibility]" in err
+
+
+def test_repeated_findings_are_one_with_a_running_count():
+    said = []
+    watch = Watch(builtin_rules(), LiveOptions(update_every=0), emit=said.append)
+    stats = b"".join(
+        b"WARNING 05-01 10:00:%02d [scheduler.py:1] Sequence group %d is preempted by PreemptionMode.RECOMPUTE mode "
+        b"because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+        b"gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+        b"total_num_cumulative_preemption=%d\n" % (i, i, i + 1) for i in range(1, 30))
+    watch.run(ChunkSource([stats[: len(stats) // 2], None, None, stats[len(stats) // 2:], None, None]))
+    first = [s for s in said if "[preemption]" in s and "line" in s]
+    assert len(first) == 1
+    assert any("seen" in s and "times" in s for s in said)
