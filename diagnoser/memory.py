@@ -429,8 +429,14 @@ def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | No
 
 # --- activations, non-torch memory, CUDA graphs -------------------------------------------------------------
 
+def sampler_bytes_per_logit(version: tuple[int, int, int]) -> float:
+    """Sampler working memory per logit in the profiling peak, by release (data/releases.yaml)."""
+    return float(releases.default("sampler_bytes_per_logit", version))
+
+
 def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
-                     act_bytes: float = 2, sampler: bool = True) -> int:
+                     act_bytes: float = 2, sampler: bool = True,
+                     bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT) -> int:
     """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
     tokens (MLP gate/up output and activation, 3 x intermediate per rank, plus four hidden-size buffers) and
     the sampler over max_num_seqs rows of the vocabulary (SAMPLER_BYTES_PER_LOGIT each). `sampler=False`
@@ -444,16 +450,23 @@ def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: 
     else:
         per_token = 3 * arch.intermediate_size / tp + 4 * h
     forward = max_num_batched_tokens * per_token * act_bytes
-    sampled = max_num_seqs * arch.vocab_size * SAMPLER_BYTES_PER_LOGIT if sampler else 0
+    sampled = max_num_seqs * arch.vocab_size * bytes_per_logit if sampler else 0
     return int(max(forward, sampled))
 
 
-def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "") -> int:
-    """Memory outside PyTorch's allocator that grows during start-up."""
-    if tp * pp <= 1:
-        return int(NON_TORCH_SINGLE)
-    extra = NON_TORCH_MULTI_GPU_NO_P2P if NO_P2P_GPUS.search(gpu_name or "") else NON_TORCH_MULTI_GPU
-    return int(NON_TORCH_SINGLE + extra)
+def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "",
+                    version: tuple[int, int, int] | None = None) -> int:
+    """Memory outside PyTorch's allocator that grows during start-up, per rank: the release's single-rank figure,
+    plus all-reduce buffers when tensor parallelism is on (NCCL only on GPUs without peer-to-peer access).
+    Pipeline-only ranks exchange activations point to point and keep the single-rank figure."""
+    single, multi = NON_TORCH_SINGLE, NON_TORCH_MULTI_GPU
+    if version is not None:
+        single = float(releases.default("non_torch_single_gib", version)) * GIB
+        multi = float(releases.default("non_torch_multi_gpu_gib", version)) * GIB
+    if tp <= 1:
+        return int(single)
+    extra = NON_TORCH_MULTI_GPU_NO_P2P if NO_P2P_GPUS.search(gpu_name or "") else multi
+    return int(single + extra)
 
 
 def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False) -> int:
@@ -590,8 +603,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         sources["weights"] = "estimated"
     weights = max(0.0, weights - inp.cpu_offload_bytes)
     v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len)
-    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked))
-    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name))
+    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked,
+                                 bytes_per_logit=sampler_bytes_per_logit(v)))
+    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
     in_budget = graphs_budgeted(v)
     if inp.overhead is not None:
