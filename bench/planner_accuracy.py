@@ -7,9 +7,9 @@ given to it: weights, overhead and KV room are all estimated) next to vLLM's fig
 a token count and as GiB otherwise, then the median, p90 and worst relative error. Two published formulas are
 measured on the same pairs, side by side:
 
-- checklist: KV = total x utilization - weights - activations, the sizing checklist every vLLM memory guide
-  gives (weights and the forward-pass activation estimate as the planner computes them; no non-torch memory,
-  no CUDA graphs, no per-release rules);
+- checklist: KV = total x utilization - weights - activations, the seed's sizing checklist (weights as the
+  planner computes them, one activation rule for every release: the forward pass over max_num_batched_tokens or
+  the sampler at 39 bytes per logit; no non-torch memory, no CUDA graphs, no per-release coefficients);
 - llm-d: the llm-d-planner capacity planner (KV = catalog GPU memory x utilization - weights - a per-architecture
   activation constant - non-torch 0.15 GiB at one GPU, 0.6 GiB with TP > 1), constants as its v0.19.0 accuracy
   report lists them:
@@ -53,6 +53,7 @@ def plan_input(config: dict[str, Any]) -> mem.PlanInput:
         dtype=config.get("dtype", "auto"), tensor_parallel_size=int(config.get("tensor_parallel_size", 1)),
         pipeline_parallel_size=int(config.get("pipeline_parallel_size", 1)),
         kv_cache_dtype=config.get("kv_cache_dtype", "auto"), quantization=config.get("quantization"),
+        flashinfer=config.get("flashinfer"), custom_all_reduce=config.get("custom_all_reduce"),
         version=mem.version_tuple(str(config.get("vllm_version", "latest"))), engine=config.get("engine"),
     )
 
@@ -83,7 +84,10 @@ def formulas(res: mem.PlanResult) -> dict[str, float]:
     """KV bytes by each formula for one plan: the planner's, the checklist's and llm-d-planner's."""
     inp = res.inp
     budget = inp.gpu_bytes * res.gpu_memory_utilization
-    checklist = budget - res.weights_bytes - res.activation_bytes
+    # the seed's checklist: one activation rule for every release (forward pass or a 39-byte-per-logit sampler)
+    checklist_act = mem.activation_bytes(inp.arch, res.max_num_batched_tokens, res.max_num_seqs,
+                                         inp.tensor_parallel_size, res.model_dtype_bytes)
+    checklist = budget - res.weights_bytes - checklist_act
     non_torch = LLMD_NON_TORCH_GIB[1 if inp.tensor_parallel_size * inp.pipeline_parallel_size > 1 else 0]
     llmd = budget - res.weights_bytes - (llmd_activation_gib(res) + non_torch) * mem.GIB
     return {"planner": res.kv_cache_bytes, "checklist": checklist, "llm-d": llmd}

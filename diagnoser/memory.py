@@ -138,6 +138,9 @@ DTYPE_BYTES = {
 #: indices (8), softmax of the sorted values (4), its cumulative sum (4), the top-p mask (1), the int64 inverse
 #: permutation (8) and the logits gathered back (4).
 SAMPLER_BYTES_PER_LOGIT = 39
+#: The same with FlashInfer's top-p/top-k kernel (no sort): fp32 logits, their temperature-scaled copy and the
+#: fp32 probabilities.
+FLASHINFER_SAMPLER_BYTES_PER_LOGIT = 12
 #: Non-torch memory (CUDA context growth, cuBLAS/NCCL workspaces) at one GPU, and the extra when several GPUs
 #: talk: NCCL plus vLLM's custom all-reduce buffers on data-centre GPUs; GeForce cards lack GPU peer-to-peer
 #: access, vLLM disables its custom all-reduce there and only NCCL's buffers remain (catalog D5 'non-torch').
@@ -395,6 +398,33 @@ QUANT_ALIASES = {
 }
 
 
+#: Bits per weight of llama.cpp's GGUF types (block scales included; K-quant mixes: the average of the file,
+#: whose attention-V, FFN-down and output tensors use the next larger type).
+GGUF_BITS = {
+    "f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.5625, "q5_k_m": 5.69, "q5_k_s": 5.54,
+    "q5_0": 5.5, "q5_1": 6.0, "q4_k_m": 4.85, "q4_k_s": 4.58, "q4_0": 4.5, "q4_1": 5.0, "iq4_xs": 4.25,
+    "iq4_nl": 4.5, "q3_k_l": 4.27, "q3_k_m": 3.91, "q3_k_s": 3.5, "iq3_m": 3.66, "iq3_xxs": 3.06,
+    "q2_k": 2.63, "iq2_m": 2.7, "iq2_xs": 2.31, "iq2_xxs": 2.06, "iq1_m": 1.75, "iq1_s": 1.56,
+}
+_GGUF_TYPE = re.compile(r"(?:^|[-_.:/])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:/])",
+                        re.IGNORECASE)
+#: MXFP4 MoE kernels pad the expert hidden and per-rank intermediate dimensions to this multiple.
+MXFP4_PAD = 256
+
+
+def quantized_weight_bytes(fmt: str, bits: float | None = None) -> float:
+    """Bytes per quantized weight of a storage format (GGUF: its type's bits per weight)."""
+    if fmt == "gguf":
+        return (bits if bits and bits > 1 else GGUF_BITS["q4_k_m"]) / 8
+    return QUANT_FORMATS[fmt][0]
+
+
+def gguf_bits(name: str) -> float | None:
+    """Bits per weight of the GGUF type a file or repo name carries ('Qwen3-8B-Q4_K_M.gguf' -> 4.85)."""
+    m = _GGUF_TYPE.search(name or "")
+    return GGUF_BITS[m.group(1).lower()] if m else None
+
+
 def quant_format(quantization: str | None, bits: float | None = None) -> str | None:
     """The storage format of a --quantization value; compressed-tensors and GPTQ follow `bits`."""
     if not quantization:
@@ -419,19 +449,50 @@ def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | No
     total = 0.0
     for part, n in parts.items():
         b = dtype_bytes_
-        if fmt:
+        if fmt == "gguf":
+            # GGUF files quantize every matrix, embeddings and output included; norms and routers stay f32/f16
+            if part in ("embeddings", "lm_head", "attention", "mlp", "experts"):
+                b = quantized_weight_bytes(fmt, bits)
+        elif fmt:
             per, scope = QUANT_FORMATS[fmt]
             if part == "experts" or (scope == "linear" and part in ("attention", "mlp", "other")):
                 b = per if part != "other" else dtype_bytes_
+            if fmt == "mxfp4" and part == "experts":
+                b *= mxfp4_pad_factor(arch, tp)
         total += n * b
     return int(total / max(1, tp) / max(1, pp))
 
 
+def mxfp4_pad_factor(arch: ArchSpec, tp: int = 1) -> float:
+    """How much MXFP4 expert weights grow when the kernels pad the hidden size and each rank's intermediate
+    size up to a multiple of MXFP4_PAD (vLLM's mxfp4 MoE method)."""
+    h = arch.hidden_size
+    i = (arch.moe_intermediate_size or arch.intermediate_size) / max(1, tp)
+    if not h or not i:
+        return 1.0
+    return (math.ceil(h / MXFP4_PAD) * MXFP4_PAD / h) * (math.ceil(i / MXFP4_PAD) * MXFP4_PAD / i)
+
+
 # --- activations, non-torch memory, CUDA graphs -------------------------------------------------------------
 
-def sampler_bytes_per_logit(version: tuple[int, int, int]) -> float:
-    """Sampler working memory per logit in the profiling peak, by release (data/releases.yaml)."""
+def sampler_bytes_per_logit(version: tuple[int, int, int], flashinfer: bool | None = None,
+                            engine: str | None = None, opt_in: bool | None = None) -> float:
+    """Sampler working memory per logit in the profiling peak.
+
+    FlashInfer's kernel samples when VLLM_USE_FLASHINFER_SAMPLER says so (`opt_in`), else when FlashInfer is
+    installed (`flashinfer`; None: a dependency of the CUDA wheel from 0.11.0, optional before) and the release
+    turns it on by default; otherwise the PyTorch path's coefficient of the release (data/releases.yaml)."""
+    if flashinfer is None:
+        flashinfer = version >= (0, 11, 0)
+    on = opt_in if opt_in is not None else (flashinfer and flashinfer_sampler_default(version, engine))
+    if on and engine_for(version, engine) == "V1":
+        return float(FLASHINFER_SAMPLER_BYTES_PER_LOGIT)
     return float(releases.default("sampler_bytes_per_logit", version))
+
+
+def flashinfer_sampler_default(version: tuple[int, int, int], engine: str | None = None) -> bool:
+    """Whether the release samples with FlashInfer by default when FlashInfer is installed."""
+    return bool(releases.default("flashinfer_sampler", version, engine=engine))
 
 
 def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
@@ -455,7 +516,7 @@ def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: 
 
 
 def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "",
-                    version: tuple[int, int, int] | None = None) -> int:
+                    version: tuple[int, int, int] | None = None, custom_all_reduce: bool | None = None) -> int:
     """Memory outside PyTorch's allocator that grows during start-up, per rank: the release's single-rank figure,
     plus all-reduce buffers when tensor parallelism is on (NCCL only on GPUs without peer-to-peer access).
     Pipeline-only ranks exchange activations point to point and keep the single-rank figure."""
@@ -465,8 +526,17 @@ def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "",
         multi = float(releases.default("non_torch_multi_gpu_gib", version)) * GIB
     if tp <= 1:
         return int(single)
-    extra = NON_TORCH_MULTI_GPU_NO_P2P if NO_P2P_GPUS.search(gpu_name or "") else multi
-    return int(single + extra)
+    no_p2p = custom_all_reduce is False or (custom_all_reduce is None and NO_P2P_GPUS.search(gpu_name or ""))
+    return int(single + (NON_TORCH_MULTI_GPU_NO_P2P if no_p2p else multi))
+
+
+def non_torch_rule(tp: int, version: tuple[int, int, int]) -> str:
+    """The non-torch rule applied, in words, for the assumptions output."""
+    single = float(releases.default("non_torch_single_gib", version))
+    if tp <= 1:
+        return f"{single:g} GiB per rank in this release"
+    multi = float(releases.default("non_torch_multi_gpu_gib", version))
+    return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
 
 
 def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False) -> int:
@@ -537,6 +607,9 @@ class PlanInput:
     version: tuple[int, int, int] = LATEST_VERSION
     engine: str | None = None         # 'V0'/'V1' to override the release's default engine (VLLM_USE_V1)
     block_size: int = BLOCK_SIZE
+    flashinfer: bool | None = None          # FlashInfer installed (None: as the release's wheel ships it)
+    flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1/0 (None: the release's default)
+    custom_all_reduce: bool | None = None   # False: --disable-custom-all-reduce or no peer access between ranks
 
 
 @dataclass
@@ -604,8 +677,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     weights = max(0.0, weights - inp.cpu_offload_bytes)
     v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len)
     act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked,
-                                 bytes_per_logit=sampler_bytes_per_logit(v)))
-    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v))
+                                 bytes_per_logit=sampler_bytes_per_logit(v, inp.flashinfer, engine,
+                                                                         inp.flashinfer_sampler)))
+    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
     in_budget = graphs_budgeted(v)
     if inp.overhead is not None:

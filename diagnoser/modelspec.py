@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from . import datafiles
-from .memory import GIB, ArchSpec
+from .memory import GGUF_BITS, GIB, ArchSpec, gguf_bits
 
 
 class SpecError(click.UsageError):
@@ -93,6 +93,9 @@ STRIP_WORDS = (
 def _strip_name(name: str) -> str:
     """'neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8' -> 'llama-3.1-70b'."""
     base = name.split("/", 1)[-1].lower()
+    # GGUF: 'Qwen3-8B-GGUF:Q8_0', 'Qwen3-8B-Q4_K_M.gguf' -> 'qwen3-8b'
+    base = re.sub(r"\.gguf$", "", base.split(":", 1)[0])
+    base = re.sub(r"[-_.](i?q\d\w*|bf16|f16|f32)$", "", base)
     base = re.sub(r"^meta-", "", base)
     parts = re.split(r"[-_]", base)
     kept: list[str] = []
@@ -107,6 +110,8 @@ def _strip_name(name: str) -> str:
 def quant_from_name(name: str) -> tuple[str, float] | None:
     """The quantization a re-upload's name announces ('…-AWQ' -> ('awq', 4)), or None."""
     low = name.lower().split("/", 1)[-1]
+    if "gguf" in low:
+        return "gguf", gguf_bits(name) or GGUF_BITS["q4_k_m"]
     for pattern, method, bits in QUANT_HINTS:
         if re.search(rf"(?:^|[-_.]){pattern}(?:$|[-_.])", low):
             return method, bits

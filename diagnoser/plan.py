@@ -811,7 +811,8 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
     else:
         fmt = res.quant_format
         out.append(f"weights: {mem.param_count(a) / 1e9:.2f}B parameters x "
-                   + (f"{fmt} for the quantized layers ({mem.QUANT_FORMATS[fmt][0]:.3f} bytes/weight), "
+                   + (f"{fmt} for the quantized layers ({mem.quantized_weight_bytes(fmt, res.inp.quant_bits or a.quant_bits):.3f} "
+                      f"bytes/weight{', MXFP4 experts padded to 256' if fmt == 'mxfp4' else ''}), "
                       f"{res.model_dtype_bytes:g} bytes for embeddings and norms" if fmt
                       else f"{res.model_dtype_bytes:g} bytes") +
                    (f", split over TP {inp.tensor_parallel_size}" if inp.tensor_parallel_size > 1 else "") +
@@ -825,8 +826,9 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
         out.append(
             f"overhead: activations {res.activation_bytes / mem.GIB:.2f} GiB (the larger of the forward pass over "
             f"max_num_batched_tokens={res.max_num_batched_tokens} and the sampler over max_num_seqs="
-            f"{res.max_num_seqs} x {a.vocab_size:,} vocabulary x {mem.SAMPLER_BYTES_PER_LOGIT} bytes) + non-torch "
-            f"{res.non_torch_bytes / mem.GIB:.2f} GiB" +
+            f"{res.max_num_seqs} x {a.vocab_size:,} vocabulary x {mem.sampler_bytes_per_logit(v):g} bytes, the "
+            f"coefficient of vLLM {_ver(v)}) + non-torch {res.non_torch_bytes / mem.GIB:.2f} GiB "
+            f"({mem.non_torch_rule(inp.tensor_parallel_size, v)})" +
             (f" + CUDA graphs {res.cuda_graph_bytes / mem.GIB:.2f} GiB (budgeted from vLLM 0.20)"
              if res.graphs_in_budget and res.cuda_graph_bytes else
              " (no CUDA graphs: --enforce-eager)" if inp.enforce_eager else

@@ -144,8 +144,22 @@ def test_awq_4bit_moe_weights():
 def test_mxfp4_quantizes_only_experts():
     a = arch("gpt-oss-20b")
     parts = mem.param_breakdown(a)
-    expected = parts["experts"] * (0.5 + 1 / 32) + (sum(parts.values()) - parts["experts"]) * 2
+    pad = (3072 / 2880) ** 2  # hidden 2880 and intermediate 2880 padded to multiples of 256
+    expected = parts["experts"] * (0.5 + 1 / 32) * pad + (sum(parts.values()) - parts["experts"]) * 2
     assert mem.weight_bytes(a, 2, "mxfp4") == int(expected)
+    # TP 2: each rank's intermediate 1440 pads to 1536; vLLM 0.19 measured 7.01 GiB per rank on H100
+    assert mem.weight_bytes(a, 2, "mxfp4", tp=2) / GIB == pytest.approx(7.01, rel=0.02)
+
+
+def test_gguf_bits_per_type():
+    assert mem.gguf_bits("Qwen3-8B-Q4_K_M.gguf") == 4.85
+    assert mem.gguf_bits("unsloth/Qwen3-8B-GGUF:Q8_0") == 8.5
+    assert mem.gguf_bits("model.IQ1_S.gguf") == 1.56
+    assert mem.gguf_bits("Qwen3-8B") is None
+    a = arch("qwen3-8b")
+    # file sizes of unsloth/Qwen3-8B-GGUF: Q8_0 8.71 GB, Q4_K_M 5.03 GB (every matrix quantized, norms not)
+    assert mem.weight_bytes(a, 2, "gguf", 8.5) / 1e9 == pytest.approx(8.71, rel=0.02)
+    assert mem.weight_bytes(a, 2, "gguf", 4.85) / 1e9 == pytest.approx(5.03, rel=0.02)
 
 
 @pytest.mark.parametrize("entry", load_models(), ids=lambda e: e["id"])
