@@ -811,8 +811,9 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
     else:
         fmt = res.quant_format
         out.append(f"weights: {mem.param_count(a) / 1e9:.2f}B parameters x "
-                   + (f"{fmt} for the quantized layers ({mem.quantized_weight_bytes(fmt, res.inp.quant_bits or a.quant_bits):.3f} "
-                      f"bytes/weight{', MXFP4 experts padded to 256' if fmt == 'mxfp4' else ''}), "
+                   + (f"{fmt} for the quantized layers "
+                      f"({mem.quantized_weight_bytes(fmt, res.inp.quant_bits or a.quant_bits):.3f} bytes/weight"
+                      f"{', MXFP4 experts padded to 256' if fmt == 'mxfp4' else ''}), "
                       f"{res.model_dtype_bytes:g} bytes for embeddings and norms" if fmt
                       else f"{res.model_dtype_bytes:g} bytes") +
                    (f", split over TP {inp.tensor_parallel_size}" if inp.tensor_parallel_size > 1 else "") +
