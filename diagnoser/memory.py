@@ -243,6 +243,8 @@ class ArchSpec:
     quantization: str | None = None
     quant_bits: float | None = None
     extra_params: int = 0  # parameters outside the text model (a vision tower), loaded with the weights
+    vision: dict[str, int] | None = None  # vision encoder: hidden_size, intermediate_size, tokens_per_item,
+    #                                       patches_per_item, patch_pixels (models.yaml `vision`)
     params_b: float | None = None  # published total, for cross-checks only
 
     @property
@@ -530,6 +532,28 @@ def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "",
     return int(single + (NON_TORCH_MULTI_GPU_NO_P2P if no_p2p else multi))
 
 
+def encoder_items(arch: ArchSpec, max_num_batched_tokens: int) -> int:
+    """Largest images V1 profiles the encoder with: as many as its budget, max(max_num_batched_tokens, one
+    image's tokens), holds ('Encoder cache will be initialized with a budget of N tokens, and profiled with K
+    image items of the maximum feature size')."""
+    v = arch.vision or {}
+    per = int(v.get("tokens_per_item") or 0)
+    if per <= 0:
+        return 0
+    return max(1, max(max_num_batched_tokens, per) // per)
+
+
+def encoder_bytes(arch: ArchSpec, max_num_batched_tokens: int, act_bytes: float = 2) -> int:
+    """Peak of V1's multimodal encoder profiling run: for every patch of the profiled images, the MLP's two
+    intermediate tensors (fc1 output and its activation) and four hidden-size buffers (residual, norm,
+    attention output, projection) in the model dtype, plus the fp32 pixel values of the patch."""
+    v = arch.vision or {}
+    patches = encoder_items(arch, max_num_batched_tokens) * int(v.get("patches_per_item") or 0)
+    per_patch = (2 * int(v.get("intermediate_size") or 0) + 4 * int(v.get("hidden_size") or 0)) * act_bytes \
+        + int(v.get("patch_pixels") or 0) * 4
+    return int(patches * per_patch)
+
+
 def non_torch_rule(tp: int, version: tuple[int, int, int]) -> str:
     """The non-torch rule applied, in words, for the assumptions output."""
     single = float(releases.default("non_torch_single_gib", version))
@@ -610,6 +634,7 @@ class PlanInput:
     flashinfer: bool | None = None          # FlashInfer installed (None: as the release's wheel ships it)
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1/0 (None: the release's default)
     custom_all_reduce: bool | None = None   # False: --disable-custom-all-reduce or no peer access between ranks
+    skip_mm_profiling: bool = False         # --skip-mm-profiling (0.10.1+): the encoder is not profiled
 
 
 @dataclass
@@ -679,6 +704,8 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked,
                                  bytes_per_logit=sampler_bytes_per_logit(v, inp.flashinfer, engine,
                                                                          inp.flashinfer_sampler)))
+    if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
+        act = max(act, float(encoder_bytes(arch, batched, mdb)))
     ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
     in_budget = graphs_budgeted(v)

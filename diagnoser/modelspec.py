@@ -151,6 +151,7 @@ def arch_from_preset(entry: dict[str, Any]) -> ArchSpec:
         v_head_dim=entry.get("v_head_dim"), quantization=entry.get("quantization"),
         quant_bits=entry.get("quant_bits"), extra_params=int(float(entry.get("extra_params_b") or 0) * 1e9),
         params_b=entry.get("params_b"),
+        vision={k: int(v) for k, v in entry["vision"].items()} if entry.get("vision") else None,
     )
 
 
