@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import releases
@@ -635,6 +635,7 @@ class PlanInput:
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1/0 (None: the release's default)
     custom_all_reduce: bool | None = None   # False: --disable-custom-all-reduce or no peer access between ranks
     skip_mm_profiling: bool = False         # --skip-mm-profiling (0.10.1+): the encoder is not profiled
+    max_model_len_auto: bool = False        # --max-model-len auto / -1: vLLM picks the longest length that fits
 
 
 @dataclass
@@ -732,6 +733,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
     fits = kv_room > 0 and need <= kv_room
     fit_len = max_model_len_for(arch, kv_room, max(max_len, arch.max_position_embeddings or 0, 1), **kw)
+    if inp.max_model_len_auto and 0 < fit_len < max_len and not inp.max_model_len:
+        # vLLM's 'auto': the model's maximum, cut to the longest length one request's KV cache fits in
+        return plan_memory(replace(inp, max_model_len=int(fit_len)))
     return PlanResult(
         inp=inp, max_model_len=max_len, gpu_memory_utilization=util, model_dtype_bytes=mdb,
         kv_value_bytes=kvb, kv_bytes_per_token=per_token, budget_bytes=budget, weights_bytes=weights,
@@ -745,8 +749,6 @@ def plan_memory(inp: PlanInput) -> PlanResult:
 
 def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
     """A copy of a plan input with some fields replaced (for what-if rows)."""
-    from dataclasses import replace
-
     return replace(inp, **changes)
 
 
@@ -835,4 +837,53 @@ def length_table(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
                                 res.kv_value_bytes, res.max_num_batched_tokens, inp.block_size)
         conc = res.kv_cache_bytes / need if need and res.kv_cache_bytes > 0 else 0.0
         out.append({"max_model_len": length, "request_kv_bytes": need, "max_concurrency": round(conc, 4)})
+    return out
+
+
+# --- flags and environment that move the physics, and the rules applied, in words --------------------------
+
+def serve_extras(flags: dict[str, Any], env: dict[str, str], auto_len: bool = False) -> dict[str, Any]:
+    """PlanInput fields a `vllm serve` command sets beyond the sizes: --disable-custom-all-reduce,
+    --skip-mm-profiling, VLLM_USE_FLASHINFER_SAMPLER, --max-model-len auto."""
+    out: dict[str, Any] = {"max_model_len_auto": auto_len}
+    if flags.get("--disable-custom-all-reduce"):
+        out["custom_all_reduce"] = False
+    if flags.get("--skip-mm-profiling"):
+        out["skip_mm_profiling"] = True
+    fi = (env or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
+    if fi in ("0", "1"):
+        out["flashinfer_sampler"] = fi == "1"
+        if fi == "1":
+            out["flashinfer"] = True
+    return out
+
+
+def physics_assumptions(res: PlanResult) -> list[str]:
+    """The class rules behind the overhead and weights of this plan (each applies to a class of models or
+    releases, never to one case)."""
+    inp, a, v = res.inp, res.inp.arch, res.inp.version
+    engine = engine_for(v, inp.engine)
+    out = []
+    if engine == "V0" and not releases.is_chunked_v0(res.max_model_len) and not inp.max_num_batched_tokens:
+        out.append(f"V0 without chunked prefill profiles one batch of max(max_model_len, 2048) = "
+                   f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
+    if sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler) == \
+            FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
+        out.append("sampler: FlashInfer's top-p/top-k kernel (no sort), 12 bytes per logit")
+    if a.vision and engine == "V1":
+        if inp.skip_mm_profiling:
+            out.append("multimodal: --skip-mm-profiling, the encoder is not profiled")
+        else:
+            items = encoder_items(a, res.max_num_batched_tokens)
+            out.append(f"multimodal: the encoder is profiled with {items} largest image(s) "
+                       f"({a.vision.get('patches_per_item', 0):,} patches each): "
+                       f"{encoder_bytes(a, res.max_num_batched_tokens, res.model_dtype_bytes) / GIB:.2f} GiB, "
+                       "counted when above the text peak")
+    if inp.tensor_parallel_size > 1 and inp.custom_all_reduce is False:
+        out.append("custom all-reduce off (--disable-custom-all-reduce or no peer access): NCCL buffers only")
+    if res.quant_format == "gguf":
+        out.append(f"GGUF: {inp.quant_bits or a.quant_bits or GGUF_BITS['q4_k_m']:g} bits per weight for every "
+                   "matrix, embeddings and output included")
+    if inp.max_model_len_auto:
+        out.append("--max-model-len auto: the model's maximum, or the longest length one request's KV cache fits")
     return out

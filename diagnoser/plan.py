@@ -45,12 +45,28 @@ def parse_size(text: str | float | None) -> float | None:
 
 
 def parse_len(text: str) -> int:
-    """--max-model-len value: '16384', '16k' (x1000), '16K' (x1024), as vLLM 0.8.4+ accepts."""
+    """--max-model-len value: '16384', '16k' (x1000), '16K' (x1024), as vLLM 0.8.4+ accepts; 'auto' and '-1'
+    (vLLM fits the length to memory) -> -1."""
+    if str(text).strip().lower() in ("auto", "-1"):
+        return -1
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)([kKmMgG]?)\s*", str(text))
     if not m:
         raise click.UsageError(f"--max-model-len: {text!r} is not a length (write 16384 or 16K)")
     mult = {"": 1, "k": 1000, "m": 10**6, "g": 10**9, "K": 1024, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
     return int(float(m.group(1)) * mult)
+
+
+def _batched_tokens(value: str | None) -> int | None:
+    """--max-num-batched-tokens: an integer with vLLM's suffixes (8k = 8000, 8K = 8192), at least 1."""
+    if value is None:
+        return None
+    try:
+        n = parse_len(value)
+    except click.UsageError:
+        raise click.BadParameter(f"{value!r} is not a token count (write 8192 or 8K)") from None
+    if n < 1:
+        raise click.BadParameter(f"{value!r}: at least 1 token")
+    return n
 
 
 # --- a whole `vllm serve ...` command line ----------------------------------------------------------------------
@@ -313,7 +329,8 @@ def _pick(*values: Any) -> Any:
 @click.option("--tensor-parallel-size", "-tp", type=click.IntRange(1), help="vLLM's flag (default 1).")
 @click.option("--pipeline-parallel-size", "-pp", type=click.IntRange(1), help="vLLM's flag (default 1).")
 @click.option("--max-num-seqs", type=click.IntRange(1), help="vLLM's flag (default: per release and GPU).")
-@click.option("--max-num-batched-tokens", type=click.IntRange(1), help="vLLM's flag (default: per release).")
+@click.option("--max-num-batched-tokens", callback=lambda _c, _p, v: _batched_tokens(v),
+              help="vLLM's flag (default: per release); 8192 or 8K.")
 @click.option("--enforce-eager", is_flag=True, default=None, help="vLLM's flag: no CUDA graphs.")
 @click.option("--weights", help="Weight memory per GPU (replaces the estimate), e.g. 16GB.")
 @click.option("--overhead", help="Activations + CUDA graphs + non-torch memory (replaces the estimate).")
@@ -472,8 +489,9 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
             raise VllmRejects(f"{cmd.prog}: error: argument --max-model-len: invalid value: {max_len_raw!r} "
                               "(write 16384 or 16K)") from None
         raise
+    auto_len = str(max_len_raw).strip().lower() in ("auto", "-1") if max_len_raw is not None else False
     if max_len is not None and max_len <= 0:
-        max_len = None  # -1 / auto: vLLM 0.14+ fits the length to memory; plan the model's maximum
+        max_len = None  # -1 / auto: vLLM fits the length to memory (mem.PlanInput.max_model_len_auto)
     kv_dtype = _pick(opts["kv_cache_dtype"], cv.get("--kv-cache-dtype"), lg("kv_cache_dtype"), "auto")
     dtype = str(_pick(opts["dtype"], cv.get("--dtype"), lg("dtype"), "auto"))
     dtype = {"half": "float16", "float": "float32"}.get(dtype, dtype)
@@ -483,8 +501,10 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
                    lg("pipeline_parallel_size"), 1))
     eager = bool(_pick(opts["enforce_eager"], cv.get("--enforce-eager"), lg("enforce_eager"), False))
     seqs = _pick(opts["max_num_seqs"], num("--max-num-seqs", int), lg("max_num_seqs"))
-    batched = _pick(opts["max_num_batched_tokens"], num("--max-num-batched-tokens", int),
+    batched = _pick(opts["max_num_batched_tokens"], num("--max-num-batched-tokens", parse_len),
                     lg("max_num_batched_tokens"))
+    if isinstance(batched, str):
+        batched = parse_len(batched)
     engine = None
     use_v1 = cmd.env.get("VLLM_USE_V1")
     if use_v1 in ("0", "1") and releases.default("engine_env", version):
@@ -524,6 +544,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
         max_num_batched_tokens=batched, enforce_eager=eager, weights=weights, overhead=overhead,
         kv_cache_bytes=kv_fixed if kv_fixed is not None else measured.get("kv_cache"),
         kv_cache_fixed=kv_fixed is not None, cpu_offload_bytes=offload or 0.0, version=version, engine=engine,
+        **mem.serve_extras(cv, cmd.env, auto_len),
     )
     if quant and quant == spec.arch.quantization:
         inp.quant_bits = spec.arch.quant_bits
@@ -853,6 +874,7 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
         out.append(f"{a.num_key_value_heads} KV heads on {inp.tensor_parallel_size} ranks: each rank keeps one "
                    "(replicated)")
     out.append("one vLLM instance alone on the GPU (other processes' memory is not subtracted)")
-    if a.extra_params:
+    if a.extra_params and not a.vision:
         out.append("multimodal: the vision tower's weights are counted; its profiling activations are not")
+    out.extend(mem.physics_assumptions(res))
     return out

@@ -229,3 +229,69 @@ def test_config_json_fields():
     assert mem.model_kv_bytes_per_token(a) == 12 * 2 * 4 * 256 * 2
     nested = {"text_config": {**config, "sliding_window": None}, "torch_dtype": "float16"}
     assert arch_from_config(nested, "vl").sliding_window is None
+
+
+# --- issue 15: rules for classes of releases and models ----------------------------------------------------
+
+def _inp(name: str, **kw) -> mem.PlanInput:
+    base = {"arch": arch(name), "gpu_bytes": 79.19 * GIB, "gpu_name": "H100-80GB"}
+    return mem.PlanInput(**{**base, **kw})
+
+
+def test_sampler_coefficient_by_release_and_flashinfer():
+    assert mem.sampler_bytes_per_logit((0, 7, 3)) == 39
+    assert mem.sampler_bytes_per_logit((0, 19, 0)) == pytest.approx(15.4)
+    # FlashInfer's kernel where the release turns it on and FlashInfer is installed, or the env var opts in
+    assert mem.sampler_bytes_per_logit((0, 10, 1), flashinfer=True) == 12
+    assert mem.sampler_bytes_per_logit((0, 10, 1), flashinfer=False) == 39
+    assert mem.sampler_bytes_per_logit((0, 19, 0), flashinfer=True) == pytest.approx(15.4)  # off by default
+    assert mem.sampler_bytes_per_logit((0, 19, 0), flashinfer=True, opt_in=True) == 12
+
+
+def test_non_torch_by_release_tp_and_custom_all_reduce():
+    v = (0, 19, 0)
+    assert mem.non_torch_bytes(1, 1, "H100", v) / GIB == pytest.approx(0.25)
+    assert mem.non_torch_bytes(2, 1, "H100", v) / GIB == pytest.approx(2.10)
+    assert mem.non_torch_bytes(1, 2, "H100", v) / GIB == pytest.approx(0.25)  # pipeline-only: no all-reduce
+    assert mem.non_torch_bytes(2, 1, "H100", v, custom_all_reduce=False) / GIB == pytest.approx(0.40)
+    assert mem.non_torch_bytes(2, 1, "H100", (0, 7, 2)) / GIB == pytest.approx(1.50)
+
+
+def test_v0_without_chunked_prefill_profiles_the_whole_length():
+    # V0 below 32K: max_num_batched_tokens = max(max_model_len, 2048), so a longer length leaves less KV
+    short = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=20000, version=(0, 6, 4)))
+    long = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=29000, version=(0, 6, 4)))
+    assert short.max_num_batched_tokens == 20000 and long.max_num_batched_tokens == 29000
+    assert long.activation_bytes > short.activation_bytes and long.kv_cache_bytes < short.kv_cache_bytes
+    # above 32K chunked prefill turns on: the peak falls again (not monotonic across the switch)
+    chunked = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=40000, version=(0, 6, 4)))
+    assert chunked.activation_bytes < short.activation_bytes
+    assert any("max(max_model_len, 2048)" in line for line in mem.physics_assumptions(long))
+
+
+def test_multimodal_encoder_profiling_peak():
+    a = arch("qwen2-vl-2b")
+    assert mem.encoder_items(a, 2048) == 1          # budget max(2048, 16384) holds one largest image
+    assert mem.encoder_bytes(a, 2048) / GIB == pytest.approx(2.16, rel=0.01)
+    res = mem.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB))
+    assert res.activation_bytes == mem.encoder_bytes(a, res.max_num_batched_tokens)
+    skipped = mem.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB,
+                                   skip_mm_profiling=True))
+    assert skipped.activation_bytes < res.activation_bytes
+    # Gemma 3's 256-token images: 32 of them in an 8192-token budget
+    assert mem.encoder_items(arch("gemma-3-12b"), 8192) == 32
+
+
+def test_max_model_len_auto_picks_the_longest_length_that_fits():
+    res = mem.plan_memory(_inp("llama-3.1-8b", gpu_bytes=22.05 * GIB, gpu_name="L4", max_model_len_auto=True))
+    assert 0 < res.max_model_len < 131072
+    assert res.request_kv_bytes <= res.kv_cache_bytes
+    fits = mem.plan_memory(_inp("llama-3.1-8b", max_model_len_auto=True))   # 80 GB: the model's maximum fits
+    assert fits.max_model_len == 131072
+
+
+def test_serve_extras_from_flags_and_env():
+    extras = mem.serve_extras({"--disable-custom-all-reduce": True, "--skip-mm-profiling": True},
+                              {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, auto_len=True)
+    assert extras == {"max_model_len_auto": True, "custom_all_reduce": False, "skip_mm_profiling": True,
+                      "flashinfer_sampler": True, "flashinfer": True}
