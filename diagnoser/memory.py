@@ -563,11 +563,18 @@ def non_torch_rule(tp: int, version: tuple[int, int, int]) -> str:
     return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
 
 
-def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False) -> int:
-    """CUDA-graph pool estimate; none with --enforce-eager."""
+def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False,
+                     version: tuple[int, int, int] | None = None, engine: str | None = None) -> int:
+    """CUDA-graph pool estimate: the release's fixed part plus its part per layer of the rank (FULL and
+    PIECEWISE capture passes from 0.11 hold about three times the per-layer buffers); none with
+    --enforce-eager."""
     if enforce_eager:
         return 0
-    return int(CUDA_GRAPH_BASE + CUDA_GRAPH_PER_LAYER * layers_per_stage(arch.layers, pp))
+    base, per_layer = CUDA_GRAPH_BASE, CUDA_GRAPH_PER_LAYER
+    if version is not None:
+        base = float(releases.default("cuda_graph_base_gib", version, engine=engine)) * GIB
+        per_layer = float(releases.default("cuda_graph_per_layer_gib", version, engine=engine)) * GIB
+    return int(base + per_layer * layers_per_stage(arch.layers, pp))
 
 
 def graphs_budgeted(version: tuple[int, int, int]) -> bool:
@@ -708,7 +715,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
         act = max(act, float(encoder_bytes(arch, batched, mdb)))
     ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
-    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
+    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine))
     in_budget = graphs_budgeted(v)
     if inp.overhead is not None:
         overhead = float(inp.overhead)

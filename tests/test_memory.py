@@ -295,3 +295,14 @@ def test_serve_extras_from_flags_and_env():
                               {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, auto_len=True)
     assert extras == {"max_model_len_auto": True, "custom_all_reduce": False, "skip_mm_profiling": True,
                       "flashinfer_sampler": True, "flashinfer": True}
+
+
+def test_cuda_graph_estimate_by_release():
+    a = arch("llama-3.1-8b")
+    old = mem.cuda_graph_bytes(a, version=(0, 7, 3)) / GIB
+    new = mem.cuda_graph_bytes(a, version=(0, 19, 0)) / GIB
+    assert old == pytest.approx(0.10 + 0.006 * 32)
+    assert new == pytest.approx(0.84, abs=0.05)  # 'Estimated CUDA graph memory: 0.84 GiB' (0.19, H100)
+    assert mem.cuda_graph_bytes(a, enforce_eager=True, version=(0, 19, 0)) == 0
+    res = mem.plan_memory(mem.PlanInput(arch=a, gpu_bytes=79.19 * GIB, version=(0, 21, 0), max_model_len=8192))
+    assert res.graphs_in_budget and res.overhead_bytes >= res.cuda_graph_bytes
