@@ -243,6 +243,9 @@ class ArchSpec:
     quantization: str | None = None
     quant_bits: float | None = None
     extra_params: int = 0  # parameters outside the text model (a vision tower), loaded with the weights
+    # linear attention (Gated DeltaNet / Mamba-2 style): every `interval`-th layer is full attention, the others
+    # keep a fixed recurrent state per sequence: key_heads, value_heads, key_dim, value_dim, conv_kernel
+    linear_attention: dict[str, int] | None = None
     vision: dict[str, int] | None = None  # vision encoder: hidden_size, intermediate_size, tokens_per_item,
     #                                       patches_per_item, patch_pixels (models.yaml `vision`)
     params_b: float | None = None  # published total, for cross-checks only
@@ -260,8 +263,16 @@ class ArchSpec:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def is_hybrid(self) -> bool:
+        """Linear-attention (state) layers mixed with attention layers."""
+        return bool(self.linear_attention)
+
     def kinds(self) -> list[str]:
-        """'full' or 'sliding' for every attention layer."""
+        """'full', 'sliding' or 'linear' (a recurrent-state layer) for every layer."""
+        if self.linear_attention:
+            every = max(1, int(self.linear_attention.get("interval") or 4))
+            return ["full" if (i + 1) % every == 0 else "linear" for i in range(self.layers)]
         if self.layer_types:
             return ["sliding" if "sliding" in t or "local" in t else "full" for t in self.layer_types]
         if self.sliding_window:
@@ -285,8 +296,35 @@ def stage_kinds(arch: ArchSpec, pp: int = 1) -> list[str]:
 
 
 def model_kv_bytes_per_token(arch: ArchSpec, tp: int = 1, pp: int = 1, kv_bytes: float = 2) -> int:
-    """KV bytes per token on one rank over all its attention layers (the basis of vLLM's logged token count)."""
-    return int(len(stage_kinds(arch, pp)) * kv_bytes_per_token_layer(arch, tp, kv_bytes))
+    """KV bytes per token on one rank over all its attention layers (the basis of vLLM's logged token count);
+    linear-attention layers keep a state per sequence instead (state_bytes_per_layer)."""
+    n = sum(1 for k in stage_kinds(arch, pp) if k != "linear")
+    return int(n * kv_bytes_per_token_layer(arch, tp, kv_bytes))
+
+
+def state_bytes_per_layer(arch: ArchSpec, tp: int = 1, state_bytes: float = 2) -> int:
+    """Recurrent state one linear-attention layer keeps per sequence on one rank (vLLM's MambaSpec page):
+    the short convolution's last (kernel - 1) inputs over q, k and v, plus the value_heads x key_dim x
+    value_dim state matrix, heads split over TP, in the model dtype."""
+    la = arch.linear_attention or {}
+    kh, vh = int(la.get("key_heads") or 0), int(la.get("value_heads") or 0)
+    kd, vd = int(la.get("key_dim") or 0), int(la.get("value_dim") or 0)
+    kernel = int(la.get("conv_kernel") or 4)
+    tp = max(1, tp)
+    conv = (2 * kh * kd + vh * vd) / tp * (kernel - 1)
+    ssm = vh / tp * kd * vd
+    return int((conv + ssm) * state_bytes)
+
+
+def hybrid_block_size(arch: ArchSpec, tp: int = 1, kv_bytes: float = 2, state_bytes: float = 2) -> int:
+    """vLLM's unified page for attention + state models: the attention block grows (in steps of 16 tokens)
+    until one attention page holds a state page ('Setting attention block size to N tokens to ensure that
+    attention page size is >= mamba page size'); the state page is then padded to match."""
+    per_token = kv_bytes_per_token_layer(arch, tp, kv_bytes)
+    state = state_bytes_per_layer(arch, tp, state_bytes)
+    if per_token <= 0 or state <= 0:
+        return BLOCK_SIZE
+    return 16 * math.ceil(state / (16 * per_token))
 
 
 def sliding_tokens_needed(window: int, max_model_len: int, max_num_batched_tokens: int) -> int:
@@ -300,10 +338,14 @@ def request_kv_bytes(arch: ArchSpec, max_model_len: int, tp: int = 1, pp: int = 
     """KV memory one request of max_model_len needs on one rank: vLLM's max_memory_usage_bytes summed over
     layers. Full layers: ceil(len / block) pages; sliding layers: ceil(min(window - 1 + batched, len) /
     block) + 1 pages (V1); window_aware=False counts every layer as full."""
+    if arch.is_hybrid:
+        block_size = max(block_size, hybrid_block_size(arch, tp, kv_bytes))
     page = block_size * kv_bytes_per_token_layer(arch, tp, kv_bytes)
     total = 0.0
     for kind in stage_kinds(arch, pp):
-        if kind == "sliding" and window_aware and arch.sliding_window:
+        if kind == "linear":
+            pages = 1  # one (padded) state page per sequence, whatever its length
+        elif kind == "sliding" and window_aware and arch.sliding_window:
             need = sliding_tokens_needed(arch.sliding_window, max_model_len, max_num_batched_tokens)
             pages = blocks_for(need, block_size) + 1
         else:
@@ -351,6 +393,16 @@ def param_breakdown(arch: ArchSpec) -> dict[str, int]:
     else:
         d = arch.head_size
         attn_layer = h * arch.num_attention_heads * d * 2 + h * arch.num_key_value_heads * d * 2
+    if arch.linear_attention:
+        la = arch.linear_attention
+        kh, vh, kd, vd = (int(la.get(k) or 0) for k in ("key_heads", "value_heads", "key_dim", "value_dim"))
+        # in_proj (q, k, v, gate z, and the b/a decay heads), the short conv, and out_proj
+        linear_layer = h * (2 * kh * kd + 2 * vh * vd + 2 * vh) + (2 * kh * kd + vh * vd) * int(
+            la.get("conv_kernel") or 4) + vh * vd * h
+        n_lin = arch.kinds().count("linear")
+        attention_total = (L - n_lin) * attn_layer + n_lin * linear_layer
+    else:
+        attention_total = L * attn_layer
     dense_layer = 3 * h * arch.intermediate_size
     if arch.is_moe:
         moe_i = arch.moe_intermediate_size or arch.intermediate_size
@@ -364,7 +416,7 @@ def param_breakdown(arch: ArchSpec) -> dict[str, int]:
     return {
         "embeddings": embed,
         "lm_head": lm_head,
-        "attention": L * attn_layer,
+        "attention": attention_total,
         "mlp": n_dense * dense_layer + shared,
         "experts": experts,
         "router": router,
@@ -738,6 +790,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     need = request_kv_bytes(arch, max_len, **kw)
     tokens = kv_cache_tokens(kv_room, per_token, inp.block_size)
     conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
+    if arch.is_hybrid:
+        # the hybrid allocator reports max_concurrency x max_model_len: state pages count, tokens are fewer
+        tokens = int(conc * max_len)
     fits = kv_room > 0 and need <= kv_room
     fit_len = max_model_len_for(arch, kv_room, max(max_len, arch.max_position_embeddings or 0, 1), **kw)
     if inp.max_model_len_auto and 0 < fit_len < max_len and not inp.max_model_len:
@@ -893,4 +948,12 @@ def physics_assumptions(res: PlanResult) -> list[str]:
                    "matrix, embeddings and output included")
     if inp.max_model_len_auto:
         out.append("--max-model-len auto: the model's maximum, or the longest length one request's KV cache fits")
+    if a.is_hybrid:
+        tp = inp.tensor_parallel_size
+        n_lin = a.kinds().count("linear")
+        out.append(f"hybrid linear attention: {a.layers - n_lin} of {a.layers} layers cache KV; the other {n_lin} "
+                   f"keep a {state_bytes_per_layer(a, tp, res.model_dtype_bytes) / MIB:.2f} MiB state per sequence "
+                   f"and layer; vLLM unifies the pages (attention block "
+                   f"{hybrid_block_size(a, tp, res.kv_value_bytes, res.model_dtype_bytes)} tokens), so the token "
+                   "count is max_concurrency x max_model_len")
     return out

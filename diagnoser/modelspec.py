@@ -152,6 +152,8 @@ def arch_from_preset(entry: dict[str, Any]) -> ArchSpec:
         quant_bits=entry.get("quant_bits"), extra_params=int(float(entry.get("extra_params_b") or 0) * 1e9),
         params_b=entry.get("params_b"),
         vision={k: int(v) for k, v in entry["vision"].items()} if entry.get("vision") else None,
+        linear_attention={k: int(v) for k, v in entry["linear_attention"].items()}
+        if entry.get("linear_attention") else None,
     )
 
 
@@ -204,6 +206,15 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
                 bits = w["num_bits"]
                 break
     experts = int(get("num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+    linear = None
+    if get("linear_num_value_heads"):  # Gated DeltaNet hybrids (Qwen3-Next and later)
+        raw_types = get("layer_types") or []
+        full = [i for i, t in enumerate(raw_types) if "full" in str(t)]
+        interval = get("full_attention_interval") or (full[0] + 1 if full else 4)
+        linear = {"interval": int(interval), "key_heads": int(get("linear_num_key_heads")),
+                  "value_heads": int(get("linear_num_value_heads")), "key_dim": int(get("linear_key_head_dim")),
+                  "value_dim": int(get("linear_value_head_dim")),
+                  "conv_kernel": int(get("linear_conv_kernel_dim", default=4))}
     return ArchSpec(
         name=name, layers=layers, hidden_size=int(get("hidden_size", "n_embd", "d_model")),
         num_attention_heads=heads,
@@ -223,7 +234,7 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
         sliding_window=window, layer_types=layer_types,
         kv_lora_rank=get("kv_lora_rank"), q_lora_rank=get("q_lora_rank"),
         qk_rope_head_dim=get("qk_rope_head_dim"), qk_nope_head_dim=get("qk_nope_head_dim"),
-        v_head_dim=get("v_head_dim"), quantization=method, quant_bits=bits,
+        v_head_dim=get("v_head_dim"), quantization=method, quant_bits=bits, linear_attention=linear,
     )
 
 

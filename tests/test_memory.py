@@ -306,3 +306,32 @@ def test_cuda_graph_estimate_by_release():
     assert mem.cuda_graph_bytes(a, enforce_eager=True, version=(0, 19, 0)) == 0
     res = mem.plan_memory(mem.PlanInput(arch=a, gpu_bytes=79.19 * GIB, version=(0, 21, 0), max_model_len=8192))
     assert res.graphs_in_budget and res.overhead_bytes >= res.cuda_graph_bytes
+
+
+def test_hybrid_linear_attention_state_and_page_unification():
+    a = arch("qwen3-next-80b")
+    assert a.kinds().count("full") == 12 and a.kinds()[:4] == ["linear", "linear", "linear", "full"]
+    # conv state (2 x 16 x 128 + 32 x 128) x 3 + state matrix 32 x 128 x 128, 2 bytes each
+    assert mem.state_bytes_per_layer(a, 1) == ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 2
+    # attention page per token and layer: 2 KV heads x 256 x 2 x 2 = 2048 B -> block of 544 tokens holds a state
+    assert mem.hybrid_block_size(a, 1) == 544
+    assert mem.hybrid_block_size(a, 4) == 272  # TP 4: the state splits by heads, the KV head is replicated
+    assert mem.model_kv_bytes_per_token(a) == 12 * 2048  # only the full-attention layers cache tokens
+    short = mem.request_kv_bytes(a, 1024)
+    assert short == (12 * 2 + 36) * 544 * 2048  # 2 blocks for each attention layer, one state page per other
+    res = mem.plan_memory(mem.PlanInput(arch=a, gpu_bytes=79.19 * GIB, tensor_parallel_size=4,
+                                        max_model_len=32768, version=(0, 11, 0)))
+    naive = mem.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
+    assert 0 < res.kv_cache_tokens < naive  # state pages count: fewer tokens than attention alone suggests
+    assert res.kv_cache_tokens == int(res.max_concurrency * 32768)
+    assert any("hybrid linear attention" in line for line in mem.physics_assumptions(res))
+
+
+def test_hybrid_from_config_json():
+    cfg = {"num_hidden_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 2,
+           "head_dim": 256, "intermediate_size": 5120, "vocab_size": 151936, "full_attention_interval": 4,
+           "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+           "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+           "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"]}
+    a = arch_from_config(cfg, "tiny-next")
+    assert a.is_hybrid and a.kinds().count("full") == 2
