@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, (med, p90, worst) in kv_summary(rows).items():
         print(f"KV cache, {name:9s} over {len(rows)} pairs: median error {med:.1%}, p90 {p90:.1%}, worst {worst:.1%}")
     # the release coefficients of 0.17+ were read off the llm-d-planner sweep: the other pairs are out of sample
-    held = [r for r, p in zip(rows, data["kv_pairs"]) if "llm-d-planner" not in p["source"]]
+    held = [r for r, p in zip(rows, data["kv_pairs"], strict=True) if "llm-d-planner" not in p["source"]]
     if held:
         med, p90, worst = summary([r["errors"]["planner"] for r in held])
         print(f"KV cache, planner   over the {len(held)} pairs outside the llm-d sweep: median error {med:.1%}, "
