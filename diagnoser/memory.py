@@ -863,9 +863,20 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
         util = round(util, 2)
         rows.append((f"--gpu-memory-utilization {util:g}", {"gpu_memory_utilization": util},
                      {"--gpu-memory-utilization": f"{util:g}"}))
+    full = whole_gpu_kv_bytes(res)
+    if not res.fits and not inp.kv_cache_fixed and full > max(res.kv_cache_bytes, 0) and \
+            releases.default("kv_cache_memory_bytes_flag", inp.version):
+        # vLLM's own hint ('Replace gpu_memory_utilization config with --kv-cache-memory=...'): the KV cache sized
+        # to the whole GPU less what profiling and graphs need, instead of a utilization share
+        rows.append(("--kv-cache-memory-bytes (whole GPU)",
+                     {"kv_cache_bytes": full, "kv_cache_fixed": True},
+                     {"--kv-cache-memory-bytes": str(int(full)), "--gpu-memory-utilization": None}))
     out = []
     for label, changes, flags in rows:
-        r = vary(inp, **changes) if changes else res
+        if changes.get("kv_cache_fixed"):
+            r = plan_memory(with_changes(inp, **changes))
+        else:
+            r = vary(inp, **changes) if changes else res
         ok = r.fits and inp.arch.num_attention_heads % r.inp.tensor_parallel_size == 0
         out.append({
             "label": label, "flags": flags, "kv_cache_bytes": int(r.kv_cache_bytes),
@@ -873,6 +884,13 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
             "weights_bytes": int(r.weights_bytes), "max_model_len_that_fits": r.max_model_len_that_fits,
         })
     return out
+
+
+def whole_gpu_kv_bytes(res: PlanResult, spare: float = 0.02) -> float:
+    """KV memory --kv-cache-memory-bytes can give: the GPU less 2%, the weights, the profiled peaks and the CUDA
+    graphs (budgeted or not: with a fixed KV size they all come out of the same device)."""
+    graphs = 0.0 if res.graphs_in_budget else res.cuda_graph_bytes
+    return res.inp.gpu_bytes * (1 - spare) - res.weights_bytes - res.overhead_bytes - graphs
 
 
 def len_for_concurrency(res: PlanResult, want: float) -> int:

@@ -335,3 +335,16 @@ def test_hybrid_from_config_json():
            "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"]}
     a = arch_from_config(cfg, "tiny-next")
     assert a.is_hybrid and a.kinds().count("full") == 2
+
+
+def test_kv_cache_memory_bytes_what_if_when_the_share_is_too_small():
+    inp = mem.PlanInput(arch=arch("llama-3.1-8b"), gpu_bytes=22.05 * GIB, gpu_name="L4", gpu_memory_utilization=0.8,
+                        max_model_len=40000, version=(0, 19, 0))
+    res = mem.plan_memory(inp)
+    assert not res.fits
+    rows = {r["label"]: r for r in mem.what_if(inp, res)}
+    row = rows["--kv-cache-memory-bytes (whole GPU)"]
+    assert row["kv_cache_bytes"] == int(mem.whole_gpu_kv_bytes(res)) > res.kv_cache_bytes
+    assert row["flags"]["--gpu-memory-utilization"] is None and row["fits"]
+    old = mem.PlanInput(**{**inp.__dict__, "version": (0, 9, 2)})  # before 0.10.2 the flag does not exist
+    assert "--kv-cache-memory-bytes (whole GPU)" not in {r["label"] for r in mem.what_if(old, mem.plan_memory(old))}
