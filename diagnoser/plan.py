@@ -62,7 +62,7 @@ def _batched_tokens(value: str | None) -> int | None:
         return None
     try:
         n = parse_len(value)
-    except click.UsageError:
+    except Exception:  # noqa: BLE001 - click's or the project's UsageError, whichever parse_len raises
         raise click.BadParameter(f"{value!r} is not a token count (write 8192 or 8K)") from None
     if n < 1:
         raise click.BadParameter(f"{value!r}: at least 1 token")
