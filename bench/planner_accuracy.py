@@ -80,13 +80,27 @@ def llmd_activation_gib(res: mem.PlanResult) -> float:
     return 5.5
 
 
+def seed_activation(arch: mem.ArchSpec, batched: int, seqs: int, tp: int, act_bytes: float) -> float:
+    """The seed's activation rule, frozen: a forward pass of batched tokens x (3 x intermediate / TP + 4 x
+    hidden) (MoE: the routed experts' share), or the sampler at 39 bytes per logit, whichever is larger."""
+    h = arch.hidden_size
+    if arch.is_moe:
+        moe_i = arch.moe_intermediate_size or arch.intermediate_size
+        per_token = arch.experts_per_token * (3 * moe_i / tp + h) + 4 * h
+        if arch.shared_expert_intermediate_size or arch.num_shared_experts:
+            per_token += 3 * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i) / tp
+    else:
+        per_token = 3 * arch.intermediate_size / tp + 4 * h
+    return max(batched * per_token * act_bytes, seqs * arch.vocab_size * 39.0)
+
+
 def formulas(res: mem.PlanResult) -> dict[str, float]:
     """KV bytes by each formula for one plan: the planner's, the checklist's and llm-d-planner's."""
     inp = res.inp
     budget = inp.gpu_bytes * res.gpu_memory_utilization
     # the seed's checklist: one activation rule for every release (forward pass or a 39-byte-per-logit sampler)
-    checklist_act = mem.activation_bytes(inp.arch, res.max_num_batched_tokens, res.max_num_seqs,
-                                         inp.tensor_parallel_size, res.model_dtype_bytes)
+    checklist_act = seed_activation(inp.arch, res.max_num_batched_tokens, res.max_num_seqs,
+                                    inp.tensor_parallel_size, res.model_dtype_bytes)
     checklist = budget - res.weights_bytes - checklist_act
     non_torch = LLMD_NON_TORCH_GIB[1 if inp.tensor_parallel_size * inp.pipeline_parallel_size > 1 else 0]
     llmd = budget - res.weights_bytes - (llmd_activation_gib(res) + non_torch) * mem.GIB

@@ -553,17 +553,18 @@ def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: 
                      act_bytes: float = 2, sampler: bool = True,
                      bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT) -> int:
     """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
-    tokens (MLP gate/up output and activation, 3 x intermediate per rank, plus four hidden-size buffers) and
+    tokens (MLP gate/up output and activation, 3 x intermediate per rank, plus three hidden-size buffers:
+    residual, normed input and the layer output) and
     the sampler over max_num_seqs rows of the vocabulary (SAMPLER_BYTES_PER_LOGIT each). `sampler=False`
     leaves the sampler out: V0's chunked-prefill profiling run shows no sampler peak in published logs."""
     h = arch.hidden_size
     if arch.is_moe:
         moe_i = arch.moe_intermediate_size or arch.intermediate_size
-        per_token = arch.experts_per_token * (3 * moe_i / tp + h) + 4 * h
+        per_token = arch.experts_per_token * (3 * moe_i / tp + h) + 3 * h
         if arch.shared_expert_intermediate_size or arch.num_shared_experts:
             per_token += 3 * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i) / tp
     else:
-        per_token = 3 * arch.intermediate_size / tp + 4 * h
+        per_token = 3 * arch.intermediate_size / tp + 3 * h
     forward = max_num_batched_tokens * per_token * act_bytes
     sampled = max_num_seqs * arch.vocab_size * bytes_per_logit if sampler else 0
     return int(max(forward, sampled))
@@ -760,7 +761,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         weights = float(weight_bytes(arch, mdb, quant, bits, tp, pp))
         sources["weights"] = "estimated"
     weights = max(0.0, weights - inp.cpu_offload_bytes)
-    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len)
+    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
     act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked,
                                  bytes_per_logit=sampler_bytes_per_logit(v, inp.flashinfer, engine,
                                                                          inp.flashinfer_sampler)))
@@ -944,7 +945,7 @@ def physics_assumptions(res: PlanResult) -> list[str]:
     inp, a, v = res.inp, res.inp.arch, res.inp.version
     engine = engine_for(v, inp.engine)
     out = []
-    if engine == "V0" and not releases.is_chunked_v0(res.max_model_len) and not inp.max_num_batched_tokens:
+    if engine == "V0" and not releases.is_chunked_v0(res.max_model_len, v) and not inp.max_num_batched_tokens:
         out.append(f"V0 without chunked prefill profiles one batch of max(max_model_len, 2048) = "
                    f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
     if sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler) == \

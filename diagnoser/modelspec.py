@@ -316,8 +316,9 @@ def load_model(ref: str) -> ModelSpec:
         raise SpecError(unknown_message("model", ref, model_names(), shown=model_short_names()) +
                         " Pass a path to its config.json for other models.")
     arch = arch_from_preset(entry)
-    hint = quant_from_name(ref) if _key(ref) not in {_key(n) for n in _names(entry, "id", "ids", "aliases")} \
-        else None
+    # a re-upload's name, or a listed id that names its own quantization (meta-llama/Llama-3.1-405B-Instruct-FP8)
+    hint = quant_from_name(ref) if _key(ref) not in {_key(n) for n in _names(entry, "id", "aliases")} \
+        and not entry.get("quantization") else None
     if hint:
         arch.quantization, arch.quant_bits = hint
         notes.append(f"quantization taken from the name: {hint[0]} ({hint[1]:g}-bit)")
