@@ -835,7 +835,8 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
                    + (f"{fmt} for the quantized layers "
                       f"({mem.quantized_weight_bytes(fmt, res.inp.quant_bits or a.quant_bits):.3f} bytes/weight"
                       f"{', MXFP4 experts padded to 256' if fmt == 'mxfp4' else ''}), "
-                      f"{res.model_dtype_bytes:g} bytes for embeddings and norms" if fmt
+                      + (f"{res.model_dtype_bytes:g} bytes for norms" if fmt == "gguf" else
+                         f"{res.model_dtype_bytes:g} bytes for embeddings and norms") if fmt
                       else f"{res.model_dtype_bytes:g} bytes") +
                    (f", split over TP {inp.tensor_parallel_size}" if inp.tensor_parallel_size > 1 else "") +
                    (f" and PP {inp.pipeline_parallel_size}" if inp.pipeline_parallel_size > 1 else ""))
