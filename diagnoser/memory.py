@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import releases
@@ -138,6 +138,9 @@ DTYPE_BYTES = {
 #: indices (8), softmax of the sorted values (4), its cumulative sum (4), the top-p mask (1), the int64 inverse
 #: permutation (8) and the logits gathered back (4).
 SAMPLER_BYTES_PER_LOGIT = 39
+#: The same with FlashInfer's top-p/top-k kernel (no sort): fp32 logits, their temperature-scaled copy and the
+#: fp32 probabilities.
+FLASHINFER_SAMPLER_BYTES_PER_LOGIT = 12
 #: Non-torch memory (CUDA context growth, cuBLAS/NCCL workspaces) at one GPU, and the extra when several GPUs
 #: talk: NCCL plus vLLM's custom all-reduce buffers on data-centre GPUs; GeForce cards lack GPU peer-to-peer
 #: access, vLLM disables its custom all-reduce there and only NCCL's buffers remain (catalog D5 'non-torch').
@@ -234,6 +237,11 @@ class ArchSpec:
     quantization: str | None = None
     quant_bits: float | None = None
     extra_params: int = 0  # parameters outside the text model (a vision tower), loaded with the weights
+    # linear attention (Gated DeltaNet / Mamba-2 style): every `interval`-th layer is full attention, the others
+    # keep a fixed recurrent state per sequence: key_heads, value_heads, key_dim, value_dim, conv_kernel
+    linear_attention: dict[str, int] | None = None
+    vision: dict[str, int] | None = None  # vision encoder: hidden_size, intermediate_size, tokens_per_item,
+    #                                       patches_per_item, patch_pixels (models.yaml `vision`)
     params_b: float | None = None  # published total, for cross-checks only
 
     @property
@@ -249,8 +257,16 @@ class ArchSpec:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def is_hybrid(self) -> bool:
+        """Linear-attention (state) layers mixed with attention layers."""
+        return bool(self.linear_attention)
+
     def kinds(self) -> list[str]:
-        """'full' or 'sliding' for every attention layer."""
+        """'full', 'sliding' or 'linear' (a recurrent-state layer) for every layer."""
+        if self.linear_attention:
+            every = max(1, int(self.linear_attention.get("interval") or 4))
+            return ["full" if (i + 1) % every == 0 else "linear" for i in range(self.layers)]
         if self.layer_types:
             return ["sliding" if "sliding" in t or "local" in t else "full" for t in self.layer_types]
         if self.sliding_window:
@@ -274,8 +290,35 @@ def stage_kinds(arch: ArchSpec, pp: int = 1) -> list[str]:
 
 
 def model_kv_bytes_per_token(arch: ArchSpec, tp: int = 1, pp: int = 1, kv_bytes: float = 2) -> int:
-    """KV bytes per token on one rank over all its attention layers (the basis of vLLM's logged token count)."""
-    return int(len(stage_kinds(arch, pp)) * kv_bytes_per_token_layer(arch, tp, kv_bytes))
+    """KV bytes per token on one rank over all its attention layers (the basis of vLLM's logged token count);
+    linear-attention layers keep a state per sequence instead (state_bytes_per_layer)."""
+    n = sum(1 for k in stage_kinds(arch, pp) if k != "linear")
+    return int(n * kv_bytes_per_token_layer(arch, tp, kv_bytes))
+
+
+def state_bytes_per_layer(arch: ArchSpec, tp: int = 1, state_bytes: float = 2) -> int:
+    """Recurrent state one linear-attention layer keeps per sequence on one rank (vLLM's MambaSpec page):
+    the short convolution's last (kernel - 1) inputs over q, k and v, plus the value_heads x key_dim x
+    value_dim state matrix, heads split over TP, in the model dtype."""
+    la = arch.linear_attention or {}
+    kh, vh = int(la.get("key_heads") or 0), int(la.get("value_heads") or 0)
+    kd, vd = int(la.get("key_dim") or 0), int(la.get("value_dim") or 0)
+    kernel = int(la.get("conv_kernel") or 4)
+    tp = max(1, tp)
+    conv = (2 * kh * kd + vh * vd) / tp * (kernel - 1)
+    ssm = vh / tp * kd * vd
+    return int((conv + ssm) * state_bytes)
+
+
+def hybrid_block_size(arch: ArchSpec, tp: int = 1, kv_bytes: float = 2, state_bytes: float = 2) -> int:
+    """vLLM's unified page for attention + state models: the attention block grows (in steps of 16 tokens)
+    until one attention page holds a state page ('Setting attention block size to N tokens to ensure that
+    attention page size is >= mamba page size'); the state page is then padded to match."""
+    per_token = kv_bytes_per_token_layer(arch, tp, kv_bytes)
+    state = state_bytes_per_layer(arch, tp, state_bytes)
+    if per_token <= 0 or state <= 0:
+        return BLOCK_SIZE
+    return 16 * math.ceil(state / (16 * per_token))
 
 
 def sliding_tokens_needed(window: int, max_model_len: int, max_num_batched_tokens: int) -> int:
@@ -289,10 +332,14 @@ def request_kv_bytes(arch: ArchSpec, max_model_len: int, tp: int = 1, pp: int = 
     """KV memory one request of max_model_len needs on one rank: vLLM's max_memory_usage_bytes summed over
     layers. Full layers: ceil(len / block) pages; sliding layers: ceil(min(window - 1 + batched, len) /
     block) + 1 pages (V1); window_aware=False counts every layer as full."""
+    if arch.is_hybrid:
+        block_size = max(block_size, hybrid_block_size(arch, tp, kv_bytes))
     page = block_size * kv_bytes_per_token_layer(arch, tp, kv_bytes)
     total = 0.0
     for kind in stage_kinds(arch, pp):
-        if kind == "sliding" and window_aware and arch.sliding_window:
+        if kind == "linear":
+            pages = 1  # one (padded) state page per sequence, whatever its length
+        elif kind == "sliding" and window_aware and arch.sliding_window:
             need = sliding_tokens_needed(arch.sliding_window, max_model_len, max_num_batched_tokens)
             pages = blocks_for(need, block_size) + 1
         else:
@@ -340,6 +387,16 @@ def param_breakdown(arch: ArchSpec) -> dict[str, int]:
     else:
         d = arch.head_size
         attn_layer = h * arch.num_attention_heads * d * 2 + h * arch.num_key_value_heads * d * 2
+    if arch.linear_attention:
+        la = arch.linear_attention
+        kh, vh, kd, vd = (int(la.get(k) or 0) for k in ("key_heads", "value_heads", "key_dim", "value_dim"))
+        # in_proj (q, k, v, gate z, and the b/a decay heads), the short conv, and out_proj
+        linear_layer = h * (2 * kh * kd + 2 * vh * vd + 2 * vh) + (2 * kh * kd + vh * vd) * int(
+            la.get("conv_kernel") or 4) + vh * vd * h
+        n_lin = arch.kinds().count("linear")
+        attention_total = (L - n_lin) * attn_layer + n_lin * linear_layer
+    else:
+        attention_total = L * attn_layer
     dense_layer = 3 * h * arch.intermediate_size
     if arch.is_moe:
         moe_i = arch.moe_intermediate_size or arch.intermediate_size
@@ -353,7 +410,7 @@ def param_breakdown(arch: ArchSpec) -> dict[str, int]:
     return {
         "embeddings": embed,
         "lm_head": lm_head,
-        "attention": L * attn_layer,
+        "attention": attention_total,
         "mlp": n_dense * dense_layer + shared,
         "experts": experts,
         "router": router,
@@ -389,6 +446,33 @@ QUANT_ALIASES = {
 }
 
 
+#: Bits per weight of llama.cpp's GGUF types (block scales included; K-quant mixes: the average of the file,
+#: whose attention-V, FFN-down and output tensors use the next larger type).
+GGUF_BITS = {
+    "f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.5625, "q5_k_m": 5.69, "q5_k_s": 5.54,
+    "q5_0": 5.5, "q5_1": 6.0, "q4_k_m": 4.85, "q4_k_s": 4.58, "q4_0": 4.5, "q4_1": 5.0, "iq4_xs": 4.25,
+    "iq4_nl": 4.5, "q3_k_l": 4.27, "q3_k_m": 3.91, "q3_k_s": 3.5, "iq3_m": 3.66, "iq3_xxs": 3.06,
+    "q2_k": 2.63, "iq2_m": 2.7, "iq2_xs": 2.31, "iq2_xxs": 2.06, "iq1_m": 1.75, "iq1_s": 1.56,
+}
+_GGUF_TYPE = re.compile(r"(?:^|[-_.:/])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:/])",
+                        re.IGNORECASE)
+#: MXFP4 MoE kernels pad the expert hidden and per-rank intermediate dimensions to this multiple.
+MXFP4_PAD = 256
+
+
+def quantized_weight_bytes(fmt: str, bits: float | None = None) -> float:
+    """Bytes per quantized weight of a storage format (GGUF: its type's bits per weight)."""
+    if fmt == "gguf":
+        return (bits if bits and bits > 1 else GGUF_BITS["q4_k_m"]) / 8
+    return QUANT_FORMATS[fmt][0]
+
+
+def gguf_bits(name: str) -> float | None:
+    """Bits per weight of the GGUF type a file or repo name carries ('Qwen3-8B-Q4_K_M.gguf' -> 4.85)."""
+    m = _GGUF_TYPE.search(name or "")
+    return GGUF_BITS[m.group(1).lower()] if m else None
+
+
 def quant_format(quantization: str | None, bits: float | None = None) -> str | None:
     """The storage format of a --quantization value; compressed-tensors and GPTQ follow `bits`."""
     if not quantization:
@@ -413,48 +497,131 @@ def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | No
     total = 0.0
     for part, n in parts.items():
         b = dtype_bytes_
-        if fmt:
+        if fmt == "gguf":
+            # GGUF files quantize every matrix, embeddings and output included; norms and routers stay f32/f16
+            if part in ("embeddings", "lm_head", "attention", "mlp", "experts"):
+                b = quantized_weight_bytes(fmt, bits)
+        elif fmt:
             per, scope = QUANT_FORMATS[fmt]
             if part == "experts" or (scope == "linear" and part in ("attention", "mlp", "other")):
                 b = per if part != "other" else dtype_bytes_
+            if fmt == "mxfp4" and part == "experts":
+                b *= mxfp4_pad_factor(arch, tp)
         total += n * b
     return int(total / max(1, tp) / max(1, pp))
 
 
+def mxfp4_pad_factor(arch: ArchSpec, tp: int = 1) -> float:
+    """How much MXFP4 expert weights grow when the kernels pad the hidden size and each rank's intermediate
+    size up to a multiple of MXFP4_PAD (vLLM's mxfp4 MoE method)."""
+    h = arch.hidden_size
+    i = (arch.moe_intermediate_size or arch.intermediate_size) / max(1, tp)
+    if not h or not i:
+        return 1.0
+    return (math.ceil(h / MXFP4_PAD) * MXFP4_PAD / h) * (math.ceil(i / MXFP4_PAD) * MXFP4_PAD / i)
+
+
 # --- activations, non-torch memory, CUDA graphs -------------------------------------------------------------
 
+def sampler_bytes_per_logit(version: tuple[int, int, int], flashinfer: bool | None = None,
+                            engine: str | None = None, opt_in: bool | None = None) -> float:
+    """Sampler working memory per logit in the profiling peak.
+
+    FlashInfer's kernel samples when VLLM_USE_FLASHINFER_SAMPLER says so (`opt_in`), else when FlashInfer is
+    installed (`flashinfer`; None: a dependency of the CUDA wheel from 0.11.0, optional before) and the release
+    turns it on by default; otherwise the PyTorch path's coefficient of the release (data/releases.yaml)."""
+    if flashinfer is None:
+        flashinfer = version >= (0, 11, 0)
+    on = opt_in if opt_in is not None else (flashinfer and flashinfer_sampler_default(version, engine))
+    if on and engine_for(version, engine) == "V1":
+        return float(FLASHINFER_SAMPLER_BYTES_PER_LOGIT)
+    return float(releases.default("sampler_bytes_per_logit", version))
+
+
+def flashinfer_sampler_default(version: tuple[int, int, int], engine: str | None = None) -> bool:
+    """Whether the release samples with FlashInfer by default when FlashInfer is installed."""
+    return bool(releases.default("flashinfer_sampler", version, engine=engine))
+
+
 def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
-                     act_bytes: float = 2, sampler: bool = True) -> int:
+                     act_bytes: float = 2, sampler: bool = True,
+                     bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT) -> int:
     """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
-    tokens (MLP gate/up output and activation, 3 x intermediate per rank, plus four hidden-size buffers) and
+    tokens (MLP gate/up output and activation, 3 x intermediate per rank, plus three hidden-size buffers:
+    residual, normed input and the layer output) and
     the sampler over max_num_seqs rows of the vocabulary (SAMPLER_BYTES_PER_LOGIT each). `sampler=False`
     leaves the sampler out: V0's chunked-prefill profiling run shows no sampler peak in published logs."""
     h = arch.hidden_size
     if arch.is_moe:
         moe_i = arch.moe_intermediate_size or arch.intermediate_size
-        per_token = arch.experts_per_token * (3 * moe_i / tp + h) + 4 * h
+        per_token = arch.experts_per_token * (3 * moe_i / tp + h) + 3 * h
         if arch.shared_expert_intermediate_size or arch.num_shared_experts:
             per_token += 3 * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i) / tp
     else:
-        per_token = 3 * arch.intermediate_size / tp + 4 * h
+        per_token = 3 * arch.intermediate_size / tp + 3 * h
     forward = max_num_batched_tokens * per_token * act_bytes
-    sampled = max_num_seqs * arch.vocab_size * SAMPLER_BYTES_PER_LOGIT if sampler else 0
+    sampled = max_num_seqs * arch.vocab_size * bytes_per_logit if sampler else 0
     return int(max(forward, sampled))
 
 
-def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "") -> int:
-    """Memory outside PyTorch's allocator that grows during start-up."""
-    if tp * pp <= 1:
-        return int(NON_TORCH_SINGLE)
-    extra = NON_TORCH_MULTI_GPU_NO_P2P if NO_P2P_GPUS.search(gpu_name or "") else NON_TORCH_MULTI_GPU
-    return int(NON_TORCH_SINGLE + extra)
+def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "",
+                    version: tuple[int, int, int] | None = None, custom_all_reduce: bool | None = None) -> int:
+    """Memory outside PyTorch's allocator that grows during start-up, per rank: the release's single-rank figure,
+    plus all-reduce buffers when tensor parallelism is on (NCCL only on GPUs without peer-to-peer access).
+    Pipeline-only ranks exchange activations point to point and keep the single-rank figure."""
+    single, multi = NON_TORCH_SINGLE, NON_TORCH_MULTI_GPU
+    if version is not None:
+        single = float(releases.default("non_torch_single_gib", version)) * GIB
+        multi = float(releases.default("non_torch_multi_gpu_gib", version)) * GIB
+    if tp <= 1:
+        return int(single)
+    no_p2p = custom_all_reduce is False or (custom_all_reduce is None and NO_P2P_GPUS.search(gpu_name or ""))
+    return int(single + (NON_TORCH_MULTI_GPU_NO_P2P if no_p2p else multi))
 
 
-def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False) -> int:
-    """CUDA-graph pool estimate; none with --enforce-eager."""
+def encoder_items(arch: ArchSpec, max_num_batched_tokens: int) -> int:
+    """Largest images V1 profiles the encoder with: as many as its budget, max(max_num_batched_tokens, one
+    image's tokens), holds ('Encoder cache will be initialized with a budget of N tokens, and profiled with K
+    image items of the maximum feature size')."""
+    v = arch.vision or {}
+    per = int(v.get("tokens_per_item") or 0)
+    if per <= 0:
+        return 0
+    return max(1, max(max_num_batched_tokens, per) // per)
+
+
+def encoder_bytes(arch: ArchSpec, max_num_batched_tokens: int, act_bytes: float = 2) -> int:
+    """Peak of V1's multimodal encoder profiling run: for every patch of the profiled images, the MLP's two
+    intermediate tensors (fc1 output and its activation) and four hidden-size buffers (residual, norm,
+    attention output, projection) in the model dtype, plus the fp32 pixel values of the patch."""
+    v = arch.vision or {}
+    patches = encoder_items(arch, max_num_batched_tokens) * int(v.get("patches_per_item") or 0)
+    per_patch = (2 * int(v.get("intermediate_size") or 0) + 4 * int(v.get("hidden_size") or 0)) * act_bytes \
+        + int(v.get("patch_pixels") or 0) * 4
+    return int(patches * per_patch)
+
+
+def non_torch_rule(tp: int, version: tuple[int, int, int]) -> str:
+    """The non-torch rule applied, in words, for the assumptions output."""
+    single = float(releases.default("non_torch_single_gib", version))
+    if tp <= 1:
+        return f"{single:g} GiB per rank in this release"
+    multi = float(releases.default("non_torch_multi_gpu_gib", version))
+    return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
+
+
+def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False,
+                     version: tuple[int, int, int] | None = None, engine: str | None = None) -> int:
+    """CUDA-graph pool estimate: the release's fixed part plus its part per layer of the rank (FULL and
+    PIECEWISE capture passes from 0.11 hold about three times the per-layer buffers); none with
+    --enforce-eager."""
     if enforce_eager:
         return 0
-    return int(CUDA_GRAPH_BASE + CUDA_GRAPH_PER_LAYER * layers_per_stage(arch.layers, pp))
+    base, per_layer = CUDA_GRAPH_BASE, CUDA_GRAPH_PER_LAYER
+    if version is not None:
+        base = float(releases.default("cuda_graph_base_gib", version, engine=engine)) * GIB
+        per_layer = float(releases.default("cuda_graph_per_layer_gib", version, engine=engine)) * GIB
+    return int(base + per_layer * layers_per_stage(arch.layers, pp))
 
 
 def graphs_budgeted(version: tuple[int, int, int]) -> bool:
@@ -518,6 +685,11 @@ class PlanInput:
     version: tuple[int, int, int] = LATEST_VERSION
     engine: str | None = None         # 'V0'/'V1' to override the release's default engine (VLLM_USE_V1)
     block_size: int = BLOCK_SIZE
+    flashinfer: bool | None = None          # FlashInfer installed (None: as the release's wheel ships it)
+    flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1/0 (None: the release's default)
+    custom_all_reduce: bool | None = None   # False: --disable-custom-all-reduce or no peer access between ranks
+    skip_mm_profiling: bool = False         # --skip-mm-profiling (0.10.1+): the encoder is not profiled
+    max_model_len_auto: bool = False        # --max-model-len auto / -1: vLLM picks the longest length that fits
 
 
 @dataclass
@@ -582,10 +754,14 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         weights = float(weight_bytes(arch, mdb, quant, bits, tp, pp))
         sources["weights"] = "estimated"
     weights = max(0.0, weights - inp.cpu_offload_bytes)
-    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len)
-    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked))
-    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name))
-    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager))
+    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
+    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked,
+                                 bytes_per_logit=sampler_bytes_per_logit(v, inp.flashinfer, engine,
+                                                                         inp.flashinfer_sampler)))
+    if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
+        act = max(act, float(encoder_bytes(arch, batched, mdb)))
+    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
+    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine))
     in_budget = graphs_budgeted(v)
     if inp.overhead is not None:
         overhead = float(inp.overhead)
@@ -608,8 +784,14 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     need = request_kv_bytes(arch, max_len, **kw)
     tokens = kv_cache_tokens(kv_room, per_token, inp.block_size)
     conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
+    if arch.is_hybrid:
+        # the hybrid allocator reports max_concurrency x max_model_len: state pages count, tokens are fewer
+        tokens = int(conc * max_len)
     fits = kv_room > 0 and need <= kv_room
     fit_len = max_model_len_for(arch, kv_room, max(max_len, arch.max_position_embeddings or 0, 1), **kw)
+    if inp.max_model_len_auto and 0 < fit_len < max_len and not inp.max_model_len:
+        # vLLM's 'auto': the model's maximum, cut to the longest length one request's KV cache fits in
+        return plan_memory(replace(inp, max_model_len=int(fit_len)))
     return PlanResult(
         inp=inp, max_model_len=max_len, gpu_memory_utilization=util, model_dtype_bytes=mdb,
         kv_value_bytes=kvb, kv_bytes_per_token=per_token, budget_bytes=budget, weights_bytes=weights,
@@ -623,8 +805,6 @@ def plan_memory(inp: PlanInput) -> PlanResult:
 
 def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
     """A copy of a plan input with some fields replaced (for what-if rows)."""
-    from dataclasses import replace
-
     return replace(inp, **changes)
 
 
@@ -677,9 +857,20 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
         util = round(util, 2)
         rows.append((f"--gpu-memory-utilization {util:g}", {"gpu_memory_utilization": util},
                      {"--gpu-memory-utilization": f"{util:g}"}))
+    full = whole_gpu_kv_bytes(res)
+    if not res.fits and not inp.kv_cache_fixed and full > max(res.kv_cache_bytes, 0) and \
+            releases.default("kv_cache_memory_bytes_flag", inp.version):
+        # vLLM's own hint ('Replace gpu_memory_utilization config with --kv-cache-memory=...'): the KV cache sized
+        # to the whole GPU less what profiling and graphs need, instead of a utilization share
+        rows.append(("--kv-cache-memory-bytes (whole GPU)",
+                     {"kv_cache_bytes": full, "kv_cache_fixed": True},
+                     {"--kv-cache-memory-bytes": str(int(full)), "--gpu-memory-utilization": None}))
     out = []
     for label, changes, flags in rows:
-        r = vary(inp, **changes) if changes else res
+        if changes.get("kv_cache_fixed"):
+            r = plan_memory(with_changes(inp, **changes))
+        else:
+            r = vary(inp, **changes) if changes else res
         ok = r.fits and inp.arch.num_attention_heads % r.inp.tensor_parallel_size == 0
         out.append({
             "label": label, "flags": flags, "kv_cache_bytes": int(r.kv_cache_bytes),
@@ -687,6 +878,13 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
             "weights_bytes": int(r.weights_bytes), "max_model_len_that_fits": r.max_model_len_that_fits,
         })
     return out
+
+
+def whole_gpu_kv_bytes(res: PlanResult, spare: float = 0.02) -> float:
+    """KV memory --kv-cache-memory-bytes can give: the GPU less 2%, the weights, the profiled peaks and the CUDA
+    graphs (budgeted or not: with a fixed KV size they all come out of the same device)."""
+    graphs = 0.0 if res.graphs_in_budget else res.cuda_graph_bytes
+    return res.inp.gpu_bytes * (1 - spare) - res.weights_bytes - res.overhead_bytes - graphs
 
 
 def len_for_concurrency(res: PlanResult, want: float) -> int:
@@ -713,4 +911,61 @@ def length_table(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
                                 res.kv_value_bytes, res.max_num_batched_tokens, inp.block_size)
         conc = res.kv_cache_bytes / need if need and res.kv_cache_bytes > 0 else 0.0
         out.append({"max_model_len": length, "request_kv_bytes": need, "max_concurrency": round(conc, 4)})
+    return out
+
+
+# --- flags and environment that move the physics, and the rules applied, in words --------------------------
+
+def serve_extras(flags: dict[str, Any], env: dict[str, str], auto_len: bool = False) -> dict[str, Any]:
+    """PlanInput fields a `vllm serve` command sets beyond the sizes: --disable-custom-all-reduce,
+    --skip-mm-profiling, VLLM_USE_FLASHINFER_SAMPLER, --max-model-len auto."""
+    out: dict[str, Any] = {"max_model_len_auto": auto_len}
+    if flags.get("--disable-custom-all-reduce"):
+        out["custom_all_reduce"] = False
+    if flags.get("--skip-mm-profiling"):
+        out["skip_mm_profiling"] = True
+    fi = (env or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
+    if fi in ("0", "1"):
+        out["flashinfer_sampler"] = fi == "1"
+        if fi == "1":
+            out["flashinfer"] = True
+    return out
+
+
+def physics_assumptions(res: PlanResult) -> list[str]:
+    """The class rules behind the overhead and weights of this plan (each applies to a class of models or
+    releases, never to one case)."""
+    inp, a, v = res.inp, res.inp.arch, res.inp.version
+    engine = engine_for(v, inp.engine)
+    out = []
+    if engine == "V0" and not releases.is_chunked_v0(res.max_model_len, v) and not inp.max_num_batched_tokens:
+        out.append(f"V0 without chunked prefill profiles one batch of max(max_model_len, 2048) = "
+                   f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
+    if sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler) == \
+            FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
+        out.append("sampler: FlashInfer's top-p/top-k kernel (no sort), 12 bytes per logit")
+    if a.vision and engine == "V1":
+        if inp.skip_mm_profiling:
+            out.append("multimodal: --skip-mm-profiling, the encoder is not profiled")
+        else:
+            items = encoder_items(a, res.max_num_batched_tokens)
+            out.append(f"multimodal: the encoder is profiled with {items} largest image(s) "
+                       f"({a.vision.get('patches_per_item', 0):,} patches each): "
+                       f"{encoder_bytes(a, res.max_num_batched_tokens, res.model_dtype_bytes) / GIB:.2f} GiB, "
+                       "counted when above the text peak")
+    if inp.tensor_parallel_size > 1 and inp.custom_all_reduce is False:
+        out.append("custom all-reduce off (--disable-custom-all-reduce or no peer access): NCCL buffers only")
+    if res.quant_format == "gguf":
+        out.append(f"GGUF: {inp.quant_bits or a.quant_bits or GGUF_BITS['q4_k_m']:g} bits per weight for every "
+                   "matrix, embeddings and output included")
+    if inp.max_model_len_auto:
+        out.append("--max-model-len auto: the model's maximum, or the longest length one request's KV cache fits")
+    if a.is_hybrid:
+        tp = inp.tensor_parallel_size
+        n_lin = a.kinds().count("linear")
+        out.append(f"hybrid linear attention: {a.layers - n_lin} of {a.layers} layers cache KV; the other {n_lin} "
+                   f"keep a {state_bytes_per_layer(a, tp, res.model_dtype_bytes) / MIB:.2f} MiB state per sequence "
+                   f"and layer; vLLM unifies the pages (attention block "
+                   f"{hybrid_block_size(a, tp, res.kv_value_bytes, res.model_dtype_bytes)} tokens), so the token "
+                   "count is max_concurrency x max_model_len")
     return out

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import datafiles
 from .errors import UsageError
-from .memory import GIB, ArchSpec
+from .memory import GGUF_BITS, GIB, ArchSpec, gguf_bits
 
 
 class SpecError(UsageError):
@@ -92,6 +92,9 @@ STRIP_WORDS = (
 def _strip_name(name: str) -> str:
     """'neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8' -> 'llama-3.1-70b'."""
     base = name.split("/", 1)[-1].lower()
+    # GGUF: 'Qwen3-8B-GGUF:Q8_0', 'Qwen3-8B-Q4_K_M.gguf' -> 'qwen3-8b'
+    base = re.sub(r"\.gguf$", "", base.split(":", 1)[0])
+    base = re.sub(r"[-_.](i?q\d\w*|bf16|f16|f32)$", "", base)
     base = re.sub(r"^meta-", "", base)
     parts = re.split(r"[-_]", base)
     kept: list[str] = []
@@ -106,6 +109,8 @@ def _strip_name(name: str) -> str:
 def quant_from_name(name: str) -> tuple[str, float] | None:
     """The quantization a re-upload's name announces ('…-AWQ' -> ('awq', 4)), or None."""
     low = name.lower().split("/", 1)[-1]
+    if "gguf" in low:
+        return "gguf", gguf_bits(name) or GGUF_BITS["q4_k_m"]
     for pattern, method, bits in QUANT_HINTS:
         if re.search(rf"(?:^|[-_.]){pattern}(?:$|[-_.])", low):
             return method, bits
@@ -145,6 +150,9 @@ def arch_from_preset(entry: dict[str, Any]) -> ArchSpec:
         v_head_dim=entry.get("v_head_dim"), quantization=entry.get("quantization"),
         quant_bits=entry.get("quant_bits"), extra_params=int(float(entry.get("extra_params_b") or 0) * 1e9),
         params_b=entry.get("params_b"),
+        vision={k: int(v) for k, v in entry["vision"].items()} if entry.get("vision") else None,
+        linear_attention={k: int(v) for k, v in entry["linear_attention"].items()}
+        if entry.get("linear_attention") else None,
     )
 
 
@@ -197,6 +205,15 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
                 bits = w["num_bits"]
                 break
     experts = int(get("num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+    linear = None
+    if get("linear_num_value_heads"):  # Gated DeltaNet hybrids (Qwen3-Next and later)
+        raw_types = get("layer_types") or []
+        full = [i for i, t in enumerate(raw_types) if "full" in str(t)]
+        interval = get("full_attention_interval") or (full[0] + 1 if full else 4)
+        linear = {"interval": int(interval), "key_heads": int(get("linear_num_key_heads")),
+                  "value_heads": int(get("linear_num_value_heads")), "key_dim": int(get("linear_key_head_dim")),
+                  "value_dim": int(get("linear_value_head_dim")),
+                  "conv_kernel": int(get("linear_conv_kernel_dim", default=4))}
     return ArchSpec(
         name=name, layers=layers, hidden_size=int(get("hidden_size", "n_embd", "d_model")),
         num_attention_heads=heads,
@@ -216,7 +233,7 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
         sliding_window=window, layer_types=layer_types,
         kv_lora_rank=get("kv_lora_rank"), q_lora_rank=get("q_lora_rank"),
         qk_rope_head_dim=get("qk_rope_head_dim"), qk_nope_head_dim=get("qk_nope_head_dim"),
-        v_head_dim=get("v_head_dim"), quantization=method, quant_bits=bits,
+        v_head_dim=get("v_head_dim"), quantization=method, quant_bits=bits, linear_attention=linear,
     )
 
 
@@ -298,8 +315,9 @@ def load_model(ref: str) -> ModelSpec:
         raise SpecError(unknown_message("model", ref, model_names(), shown=model_short_names()) +
                         " Pass a path to its config.json for other models.")
     arch = arch_from_preset(entry)
-    hint = quant_from_name(ref) if _key(ref) not in {_key(n) for n in _names(entry, "id", "ids", "aliases")} \
-        else None
+    # a re-upload's name, or a listed id that names its own quantization (meta-llama/Llama-3.1-405B-Instruct-FP8)
+    hint = quant_from_name(ref) if _key(ref) not in {_key(n) for n in _names(entry, "id", "aliases")} \
+        and not entry.get("quantization") else None
     if hint:
         arch.quantization, arch.quant_bits = hint
         notes.append(f"quantization taken from the name: {hint[0]} ({hint[1]:g}-bit)")

@@ -47,7 +47,10 @@ def parse_size(text: str | float | None) -> float | None:
 
 
 def parse_len(text: str) -> int:
-    """--max-model-len value: '16384', '16k' (x1000), '16K' (x1024), as vLLM 0.8.4+ accepts."""
+    """--max-model-len value: '16384', '16k' (x1000), '16K' (x1024), as vLLM 0.8.4+ accepts; 'auto' and '-1'
+    (vLLM fits the length to memory) -> -1."""
+    if str(text).strip().lower() in ("auto", "-1"):
+        return -1
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)([kKmMgG]?)\s*", str(text))
     if not m:
         raise UsageError(f"--max-model-len: {text!r} is not a length (write 16384 or 16K)")
@@ -94,6 +97,19 @@ def check_arch(spec: ModelSpec, ref: str) -> None:
     if arch.num_attention_heads % arch.num_key_value_heads:
         raise InputError(f"{ref}: num_key_value_heads {arch.num_key_value_heads} does not divide "
                          f"num_attention_heads {arch.num_attention_heads}; check the file")
+
+
+def _batched_tokens(value: str | None) -> int | None:
+    """--max-num-batched-tokens: an integer with vLLM's suffixes (8k = 8000, 8K = 8192), at least 1."""
+    if value is None:
+        return None
+    try:
+        n = parse_len(value)
+    except Exception:  # noqa: BLE001 - click's or the project's UsageError, whichever parse_len raises
+        raise click.BadParameter(f"{value!r} is not a token count (write 8192 or 8K)") from None
+    if n < 1:
+        raise click.BadParameter(f"{value!r}: at least 1 token")
+    return n
 
 
 # --- a whole `vllm serve ...` command line ----------------------------------------------------------------------
@@ -362,7 +378,8 @@ def _pick(*values: Any) -> Any:
 @click.option("--tensor-parallel-size", "-tp", type=click.IntRange(1), help="vLLM's flag (default 1).")
 @click.option("--pipeline-parallel-size", "-pp", type=click.IntRange(1), help="vLLM's flag (default 1).")
 @click.option("--max-num-seqs", type=click.IntRange(1), help="vLLM's flag (default: per release and GPU).")
-@click.option("--max-num-batched-tokens", type=click.IntRange(1), help="vLLM's flag (default: per release).")
+@click.option("--max-num-batched-tokens", callback=lambda _c, _p, v: _batched_tokens(v),
+              help="vLLM's flag (default: per release); 8192 or 8K.")
 @click.option("--enforce-eager", is_flag=True, default=None, help="vLLM's flag: no CUDA graphs.")
 @click.option("--weights", help="Weight memory per GPU (replaces the estimate), e.g. 16GB.")
 @click.option("--overhead", help="Activations + CUDA graphs + non-torch memory (replaces the estimate).")
@@ -527,8 +544,9 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
                               "(write 16384 or 16K)") from None
         raise
     check_max_len(max_len)
+    auto_len = str(max_len_raw).strip().lower() in ("auto", "-1") if max_len_raw is not None else False
     if max_len is not None and max_len <= 0:
-        max_len = None  # -1 / auto: vLLM 0.14+ fits the length to memory; plan the model's maximum
+        max_len = None  # -1 / auto: vLLM fits the length to memory (mem.PlanInput.max_model_len_auto)
     kv_dtype = _pick(opts["kv_cache_dtype"], cv.get("--kv-cache-dtype"), lg("kv_cache_dtype"), "auto")
     dtype = str(_pick(opts["dtype"], cv.get("--dtype"), lg("dtype"), "auto"))
     dtype = {"half": "float16", "float": "float32"}.get(dtype, dtype)
@@ -538,8 +556,10 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
                    lg("pipeline_parallel_size"), 1))
     eager = bool(_pick(opts["enforce_eager"], cv.get("--enforce-eager"), lg("enforce_eager"), False))
     seqs = _pick(opts["max_num_seqs"], num("--max-num-seqs", int), lg("max_num_seqs"))
-    batched = _pick(opts["max_num_batched_tokens"], num("--max-num-batched-tokens", int),
+    batched = _pick(opts["max_num_batched_tokens"], num("--max-num-batched-tokens", parse_len),
                     lg("max_num_batched_tokens"))
+    if isinstance(batched, str):
+        batched = parse_len(batched)
     engine = None
     use_v1 = cmd.env.get("VLLM_USE_V1")
     if use_v1 in ("0", "1") and releases.default("engine_env", version):
@@ -579,6 +599,7 @@ def plan_config(opts: dict[str, Any], tokens: list[str], extra_notes: list[str] 
         max_num_batched_tokens=batched, enforce_eager=eager, weights=weights, overhead=overhead,
         kv_cache_bytes=kv_fixed if kv_fixed is not None else measured.get("kv_cache"),
         kv_cache_fixed=kv_fixed is not None, cpu_offload_bytes=offload or 0.0, version=version, engine=engine,
+        **mem.serve_extras(cv, cmd.env, auto_len),
     )
     if quant and quant == spec.arch.quantization:
         inp.quant_bits = spec.arch.quant_bits
@@ -851,7 +872,7 @@ def kv_formula(res: mem.PlanResult, inp: mem.PlanInput) -> str:
     """The bytes-per-token product, spelled out."""
     a = inp.arch
     tp, pp = inp.tensor_parallel_size, inp.pipeline_parallel_size
-    layers = mem.layers_per_stage(a.layers, pp)
+    layers = sum(1 for k in mem.stage_kinds(a, pp) if k != "linear")
     vb = f"{res.kv_value_bytes:g} byte{'s' if res.kv_value_bytes != 1 else ''}"
     if a.is_mla:
         return (f"MLA: {layers} layers x ({a.kv_lora_rank} kv_lora_rank + {a.qk_rope_head_dim} rope dim) x {vb}"
@@ -883,8 +904,11 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
     else:
         fmt = res.quant_format
         out.append(f"weights: {mem.param_count(a) / 1e9:.2f}B parameters x "
-                   + (f"{fmt} for the quantized layers ({mem.QUANT_FORMATS[fmt][0]:.3f} bytes/weight), "
-                      f"{res.model_dtype_bytes:g} bytes for embeddings and norms" if fmt
+                   + (f"{fmt} for the quantized layers "
+                      f"({mem.quantized_weight_bytes(fmt, res.inp.quant_bits or a.quant_bits):.3f} bytes/weight"
+                      f"{', MXFP4 experts padded to 256' if fmt == 'mxfp4' else ''}), "
+                      + (f"{res.model_dtype_bytes:g} bytes for norms" if fmt == "gguf" else
+                         f"{res.model_dtype_bytes:g} bytes for embeddings and norms") if fmt
                       else f"{res.model_dtype_bytes:g} bytes") +
                    (f", split over TP {inp.tensor_parallel_size}" if inp.tensor_parallel_size > 1 else "") +
                    (f" and PP {inp.pipeline_parallel_size}" if inp.pipeline_parallel_size > 1 else ""))
@@ -897,8 +921,9 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
         out.append(
             f"overhead: activations {res.activation_bytes / mem.GIB:.2f} GiB (the larger of the forward pass over "
             f"max_num_batched_tokens={res.max_num_batched_tokens} and the sampler over max_num_seqs="
-            f"{res.max_num_seqs} x {a.vocab_size:,} vocabulary x {mem.SAMPLER_BYTES_PER_LOGIT} bytes) + non-torch "
-            f"{res.non_torch_bytes / mem.GIB:.2f} GiB" +
+            f"{res.max_num_seqs} x {a.vocab_size:,} vocabulary x {mem.sampler_bytes_per_logit(v):g} bytes, the "
+            f"coefficient of vLLM {_ver(v)}) + non-torch {res.non_torch_bytes / mem.GIB:.2f} GiB "
+            f"({mem.non_torch_rule(inp.tensor_parallel_size, v)})" +
             (f" + CUDA graphs {res.cuda_graph_bytes / mem.GIB:.2f} GiB (budgeted from vLLM 0.20)"
              if res.graphs_in_budget and res.cuda_graph_bytes else
              " (no CUDA graphs: --enforce-eager)" if inp.enforce_eager else
@@ -922,6 +947,7 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, inp: mem
         out.append(f"{a.num_key_value_heads} KV heads on {inp.tensor_parallel_size} ranks: each rank keeps one "
                    "(replicated)")
     out.append("one vLLM instance alone on the GPU (other processes' memory is not subtracted)")
-    if a.extra_params:
+    if a.extra_params and not a.vision:
         out.append("multimodal: the vision tower's weights are counted; its profiling activations are not")
+    out.extend(mem.physics_assumptions(res))
     return out

@@ -133,8 +133,12 @@ def engine_for(version: Version, engine: str | None = None) -> str:
     return str(_lookup("engine", version, None, frozenset({"small"}), False).value)
 
 
-def is_chunked_v0(max_model_len: int) -> bool:
-    """V0 turns chunked prefill on by itself for long-context models."""
+def is_chunked_v0(max_model_len: int, version: Version | None = None) -> bool:
+    """V0 turns chunked prefill on by itself for long-context models (from the release in
+    settings.long_context_chunked: vllm-project/vllm#6666, first in 0.5.4)."""
+    if version is not None and not _lookup("long_context_chunked", version, "V0", frozenset({"small"}),
+                                           False).value:
+        return False
     return max_model_len > load().long_context
 
 
@@ -167,7 +171,7 @@ def default_entry(name: str, version: Version, *, engine: str | None = None, gpu
     """The default `name` had for this release, engine, GPU and length, with the release it changed in."""
     engine = engine_for(version, engine)
     tiers = gpu_tiers(version, gpu_gib, gpu_name) if engine == "V1" else frozenset({"small"})
-    chunked = engine == "V0" and is_chunked_v0(max_model_len)
+    chunked = engine == "V0" and is_chunked_v0(max_model_len, version)
     entry = _lookup(name, version, engine, tiers, chunked)
     value = entry.value
     if entry.floor_len:

@@ -143,8 +143,22 @@ def test_awq_4bit_moe_weights():
 def test_mxfp4_quantizes_only_experts():
     a = arch("gpt-oss-20b")
     parts = mem.param_breakdown(a)
-    expected = parts["experts"] * (0.5 + 1 / 32) + (sum(parts.values()) - parts["experts"]) * 2
+    pad = (3072 / 2880) ** 2  # hidden 2880 and intermediate 2880 padded to multiples of 256
+    expected = parts["experts"] * (0.5 + 1 / 32) * pad + (sum(parts.values()) - parts["experts"]) * 2
     assert mem.weight_bytes(a, 2, "mxfp4") == int(expected)
+    # TP 2: each rank's intermediate 1440 pads to 1536; vLLM 0.19 measured 7.01 GiB per rank on H100
+    assert mem.weight_bytes(a, 2, "mxfp4", tp=2) / GIB == pytest.approx(7.01, rel=0.02)
+
+
+def test_gguf_bits_per_type():
+    assert mem.gguf_bits("Qwen3-8B-Q4_K_M.gguf") == 4.85
+    assert mem.gguf_bits("unsloth/Qwen3-8B-GGUF:Q8_0") == 8.5
+    assert mem.gguf_bits("model.IQ1_S.gguf") == 1.56
+    assert mem.gguf_bits("Qwen3-8B") is None
+    a = arch("qwen3-8b")
+    # file sizes of unsloth/Qwen3-8B-GGUF: Q8_0 8.71 GB, Q4_K_M 5.03 GB (every matrix quantized, norms not)
+    assert mem.weight_bytes(a, 2, "gguf", 8.5) / 1e9 == pytest.approx(8.71, rel=0.02)
+    assert mem.weight_bytes(a, 2, "gguf", 4.85) / 1e9 == pytest.approx(5.03, rel=0.02)
 
 
 @pytest.mark.parametrize("entry", load_models(), ids=lambda e: e["id"])
@@ -170,7 +184,10 @@ def test_activations_grow_with_batched_tokens_and_graphs_vanish_when_eager():
     a = arch("llama-3.1-8b")
     small = mem.activation_bytes(a, 2048, 1, sampler=False)
     big = mem.activation_bytes(a, 8192, 1, sampler=False)
-    assert big == 4 * small == 8192 * (3 * 14336 + 4 * 4096) * 2
+    # three hidden-size buffers: vLLM 0.6.4 measured 2.07 and 2.99 GiB at 20,000 and 29,000 tokens
+    assert big == 4 * small == 8192 * (3 * 14336 + 3 * 4096) * 2
+    assert mem.activation_bytes(a, 20000, 1, sampler=False) / GIB == pytest.approx(2.07, rel=0.01)
+    assert mem.activation_bytes(a, 29000, 1, sampler=False) / GIB == pytest.approx(2.99, rel=0.01)
     assert mem.cuda_graph_bytes(a, enforce_eager=True) == 0
     assert mem.cuda_graph_bytes(a) > 0
     # the sampler term: 256 rows x 128,256 vocabulary x 39 bytes
@@ -214,3 +231,122 @@ def test_config_json_fields():
     assert mem.model_kv_bytes_per_token(a) == 12 * 2 * 4 * 256 * 2
     nested = {"text_config": {**config, "sliding_window": None}, "torch_dtype": "float16"}
     assert arch_from_config(nested, "vl").sliding_window is None
+
+
+# --- issue 15: rules for classes of releases and models ----------------------------------------------------
+
+def _inp(name: str, **kw) -> mem.PlanInput:
+    base = {"arch": arch(name), "gpu_bytes": 79.19 * GIB, "gpu_name": "H100-80GB"}
+    return mem.PlanInput(**{**base, **kw})
+
+
+def test_sampler_coefficient_by_release_and_flashinfer():
+    assert mem.sampler_bytes_per_logit((0, 7, 3)) == 39
+    assert mem.sampler_bytes_per_logit((0, 19, 0)) == pytest.approx(15.4)
+    # FlashInfer's kernel where the release turns it on and FlashInfer is installed, or the env var opts in
+    assert mem.sampler_bytes_per_logit((0, 10, 1), flashinfer=True) == 12
+    assert mem.sampler_bytes_per_logit((0, 10, 1), flashinfer=False) == 39
+    assert mem.sampler_bytes_per_logit((0, 19, 0), flashinfer=True) == pytest.approx(15.4)  # off by default
+    assert mem.sampler_bytes_per_logit((0, 19, 0), flashinfer=True, opt_in=True) == 12
+
+
+def test_non_torch_by_release_tp_and_custom_all_reduce():
+    v = (0, 19, 0)
+    assert mem.non_torch_bytes(1, 1, "H100", v) / GIB == pytest.approx(0.25)
+    assert mem.non_torch_bytes(2, 1, "H100", v) / GIB == pytest.approx(2.10)
+    assert mem.non_torch_bytes(1, 2, "H100", v) / GIB == pytest.approx(0.25)  # pipeline-only: no all-reduce
+    assert mem.non_torch_bytes(2, 1, "H100", v, custom_all_reduce=False) / GIB == pytest.approx(0.40)
+    assert mem.non_torch_bytes(2, 1, "H100", (0, 7, 2)) / GIB == pytest.approx(1.50)
+
+
+def test_v0_without_chunked_prefill_profiles_the_whole_length():
+    # V0 below 32K: max_num_batched_tokens = max(max_model_len, 2048), so a longer length leaves less KV
+    short = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=20000, version=(0, 6, 4)))
+    long = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=29000, version=(0, 6, 4)))
+    assert short.max_num_batched_tokens == 20000 and long.max_num_batched_tokens == 29000
+    assert long.activation_bytes > short.activation_bytes and long.kv_cache_bytes < short.kv_cache_bytes
+    # above 32K chunked prefill turns on: the peak falls again (not monotonic across the switch)
+    chunked = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=40000, version=(0, 6, 4)))
+    assert chunked.activation_bytes < short.activation_bytes
+    assert any("max(max_model_len, 2048)" in line for line in mem.physics_assumptions(long))
+
+
+def test_multimodal_encoder_profiling_peak():
+    a = arch("qwen2-vl-2b")
+    assert mem.encoder_items(a, 2048) == 1          # budget max(2048, 16384) holds one largest image
+    assert mem.encoder_bytes(a, 2048) / GIB == pytest.approx(2.16, rel=0.01)
+    res = mem.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB))
+    assert res.activation_bytes == mem.encoder_bytes(a, res.max_num_batched_tokens)
+    skipped = mem.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB,
+                                   skip_mm_profiling=True))
+    assert skipped.activation_bytes < res.activation_bytes
+    # Gemma 3's 256-token images: 32 of them in an 8192-token budget
+    assert mem.encoder_items(arch("gemma-3-12b"), 8192) == 32
+
+
+def test_max_model_len_auto_picks_the_longest_length_that_fits():
+    res = mem.plan_memory(_inp("llama-3.1-8b", gpu_bytes=22.05 * GIB, gpu_name="L4", max_model_len_auto=True))
+    assert 0 < res.max_model_len < 131072
+    assert res.request_kv_bytes <= res.kv_cache_bytes
+    fits = mem.plan_memory(_inp("llama-3.1-8b", max_model_len_auto=True))   # 80 GB: the model's maximum fits
+    assert fits.max_model_len == 131072
+
+
+def test_serve_extras_from_flags_and_env():
+    extras = mem.serve_extras({"--disable-custom-all-reduce": True, "--skip-mm-profiling": True},
+                              {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, auto_len=True)
+    assert extras == {"max_model_len_auto": True, "custom_all_reduce": False, "skip_mm_profiling": True,
+                      "flashinfer_sampler": True, "flashinfer": True}
+
+
+def test_cuda_graph_estimate_by_release():
+    a = arch("llama-3.1-8b")
+    old = mem.cuda_graph_bytes(a, version=(0, 7, 3)) / GIB
+    new = mem.cuda_graph_bytes(a, version=(0, 19, 0)) / GIB
+    assert old == pytest.approx(0.10 + 0.006 * 32)
+    assert new == pytest.approx(0.84, abs=0.05)  # 'Estimated CUDA graph memory: 0.84 GiB' (0.19, H100)
+    assert mem.cuda_graph_bytes(a, enforce_eager=True, version=(0, 19, 0)) == 0
+    res = mem.plan_memory(mem.PlanInput(arch=a, gpu_bytes=79.19 * GIB, version=(0, 21, 0), max_model_len=8192))
+    assert res.graphs_in_budget and res.overhead_bytes >= res.cuda_graph_bytes
+
+
+def test_hybrid_linear_attention_state_and_page_unification():
+    a = arch("qwen3-next-80b")
+    assert a.kinds().count("full") == 12 and a.kinds()[:4] == ["linear", "linear", "linear", "full"]
+    # conv state (2 x 16 x 128 + 32 x 128) x 3 + state matrix 32 x 128 x 128, 2 bytes each
+    assert mem.state_bytes_per_layer(a, 1) == ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 2
+    # attention page per token and layer: 2 KV heads x 256 x 2 x 2 = 2048 B -> block of 544 tokens holds a state
+    assert mem.hybrid_block_size(a, 1) == 544
+    assert mem.hybrid_block_size(a, 4) == 272  # TP 4: the state splits by heads, the KV head is replicated
+    assert mem.model_kv_bytes_per_token(a) == 12 * 2048  # only the full-attention layers cache tokens
+    short = mem.request_kv_bytes(a, 1024)
+    assert short == (12 * 2 + 36) * 544 * 2048  # 2 blocks for each attention layer, one state page per other
+    res = mem.plan_memory(mem.PlanInput(arch=a, gpu_bytes=79.19 * GIB, tensor_parallel_size=4,
+                                        max_model_len=32768, version=(0, 11, 0)))
+    naive = mem.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
+    assert 0 < res.kv_cache_tokens < naive  # state pages count: fewer tokens than attention alone suggests
+    assert res.kv_cache_tokens == int(res.max_concurrency * 32768)
+    assert any("hybrid linear attention" in line for line in mem.physics_assumptions(res))
+
+
+def test_hybrid_from_config_json():
+    cfg = {"num_hidden_layers": 8, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 2,
+           "head_dim": 256, "intermediate_size": 5120, "vocab_size": 151936, "full_attention_interval": 4,
+           "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+           "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+           "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"]}
+    a = arch_from_config(cfg, "tiny-next")
+    assert a.is_hybrid and a.kinds().count("full") == 2
+
+
+def test_kv_cache_memory_bytes_what_if_when_the_share_is_too_small():
+    inp = mem.PlanInput(arch=arch("llama-3.1-8b"), gpu_bytes=22.05 * GIB, gpu_name="L4", gpu_memory_utilization=0.8,
+                        max_model_len=40000, version=(0, 19, 0))
+    res = mem.plan_memory(inp)
+    assert not res.fits
+    rows = {r["label"]: r for r in mem.what_if(inp, res)}
+    row = rows["--kv-cache-memory-bytes (whole GPU)"]
+    assert row["kv_cache_bytes"] == int(mem.whole_gpu_kv_bytes(res)) > res.kv_cache_bytes
+    assert row["flags"]["--gpu-memory-utilization"] is None and row["fits"]
+    old = mem.PlanInput(**{**inp.__dict__, "version": (0, 9, 2)})  # before 0.10.2 the flag does not exist
+    assert "--kv-cache-memory-bytes (whole GPU)" not in {r["label"] for r in mem.what_if(old, mem.plan_memory(old))}
