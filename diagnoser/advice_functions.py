@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
 from rapidfuzz import fuzz, process
 
-from . import flags, memory, serve_args
+from . import datafiles, flags, memory, serve_args
 from .modelspec import SpecError, load_model, model_names
 
 
@@ -347,11 +344,9 @@ def size_for_peak(peak_running: float | None, peak_waiting: float | None, kv_cac
     return out
 
 
-@lru_cache(maxsize=1)
 def _longtail() -> dict[str, Any]:
-    """diagnoser/data/longtail.yaml: driver minimums, module -> pip package, LoRA ranks (read once)."""
-    text = resources.files("diagnoser.data").joinpath("longtail.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    """diagnoser/data/longtail.yaml: driver minimums, module -> pip package, LoRA ranks (the one data loader)."""
+    return datafiles.load("longtail.yaml")  # type: ignore[no-any-return]
 
 
 def seconds_between(start: str | None, end: str | None) -> int | None:

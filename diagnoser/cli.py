@@ -228,6 +228,17 @@ def _say(hit: Any) -> None:
                f" (stage: {hit.rule.stage or hit.stage or 'unknown'})", err=True)
 
 
+def _write(text: str, output: str | None, color: bool | None = None) -> None:
+    """A report to -o FILE, or to stdout (`color`: --color keeps the colour in a pipe)."""
+    if output:
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise click.UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
+    else:
+        click.echo(text, nl=False, color=color)
+
+
 def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rule_paths: tuple[str, ...],
                   no_redact: bool, color: bool | None, config_file: str | None, output: str | None,
                   live: bool = False, gate: bool = False, with_series: bool = False, tee: bool = False,
@@ -238,14 +249,9 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     An unreadable input does not hide the others: they are reported, then each bad one is named and the
     exit code is 2. An input with no vLLM line at all is an error for `check` and a note for `diagnose`.
     """
-    from .rules import RuleError, load_rules
-
     if output and any(f != "-" and _same_file(f, output) for f in files):
         raise click.UsageError(f"-o {output}: is one of the inputs; write the report to another file")
-    try:
-        rules = load_rules(tuple(Path(p) for p in rule_paths)) if rule_paths else builtin_rules()
-    except RuleError as exc:
-        raise click.UsageError(str(exc)) from None
+    rules = _rules_with(rule_paths)
     if config_file and not Path(config_file).is_file():
         raise click.UsageError(f"--config-file {config_file}: no such file; give the launch config that set the "
                                "flags, or leave the option out")
@@ -294,13 +300,7 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     elif output:
         opts["color"] = False
     text = renderer(fmt)(reports, opts)
-    if output:
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
-    else:
-        click.echo(text, nl=False, color=color)   # --color keeps the colour in a pipe
+    _write(text, output, color)
     for r in reports:
         if not r.vllm_seen:
             label = "stdin" if r.path == "-" else r.path
@@ -328,12 +328,12 @@ def check_cmd(**kwargs: Any) -> None:
     sys.exit(run_diagnosis(**kwargs, gate=True))
 
 
-def _rules_with(rule_paths: tuple[str, ...]) -> list[Rule]:
+def _rules_with(rule_paths: tuple[str, ...]) -> list[Rule] | tuple[Rule, ...]:
     """Shipped rules plus --rules files (fully validated); a bad file is a usage error naming it."""
     from .rules import RuleError, load_rules
 
     if not rule_paths:
-        return list(builtin_rules())
+        return builtin_rules()
     try:
         return load_rules(tuple(Path(p) for p in rule_paths))
     except RuleError as exc:
@@ -477,13 +477,7 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
                 stream.close()
     comparison = compare_reports(reports, max_kv_loss, total, gpu_name or "")
     text = compare_renderer(fmt)(comparison, {})
-    if output:
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
-    else:
-        click.echo(text, nl=False)
+    _write(text, output)
     sys.exit(1 if comparison.primary.gate_failed else 0)
 
 
