@@ -398,12 +398,12 @@ class Advisor:
         return out
 
     def _text(self, source: str, names: dict[str, Any], rule: Rule | None) -> str:
-        from .sandbox import render, template_env
+        from .sandbox import render, template, template_env
 
         tpl = self._templates.get(source)
         if tpl is None:
             self.env = self.env or template_env()
-            tpl = self._templates[source] = self.env.from_string(source)
+            tpl = self._templates[source] = template(self.env, source)
         try:
             return BLANK_RUN.sub("\n\n", render(tpl, names)).strip()
         except Exception as exc:  # noqa: BLE001 - a template over unusual facts must not kill the report

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
@@ -24,6 +23,8 @@ from typing import Any
 
 #: Bump when the shape of a cached value changes.
 CACHE_FORMAT = 1
+#: Copies kept per cached name: the newest written win.
+KEEP = 4
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
@@ -69,15 +70,12 @@ def _trusted(path: Path) -> bool:
 
 def read_cache(name: str, key: str) -> Any | None:
     """The value stored under (name, key), or None when there is none that can be trusted."""
-    folder = cache_dir()
-    if folder is None:
+    raw = _read(name, key, "json")
+    if raw is None:
         return None
-    path = folder / f"{name}-{key}.json"
     try:
-        if not (_trusted(folder) and _trusted(path)):
-            return None
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        doc = json.loads(raw)
+    except ValueError:
         return None
     if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT or doc.get("key") != key:
         return None
@@ -86,19 +84,70 @@ def read_cache(name: str, key: str) -> Any | None:
 
 def write_cache(name: str, key: str, value: Any) -> None:
     """Store a JSON-able value atomically, readable only by the user; silently skipped on any failure."""
+    try:
+        text = json.dumps({"format": CACHE_FORMAT, "key": key, "value": value}, allow_nan=False)
+    except (TypeError, ValueError):
+        return
+    _write(name, key, "json", text.encode("utf-8"))
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile by another run
+        return 0.0
+
+
+def _blob_header(key: str) -> bytes:
+    return f"vllm-doctor-cache/{CACHE_FORMAT} {key}\n".encode()
+
+
+def read_blob(name: str, key: str) -> bytes | None:
+    """Bytes stored by write_blob under (name, key), or None (missing, foreign, or another key's header).
+
+    For what JSON cannot hold (a serialized hyperscan database); its reader must still check what it gets."""
+    raw = _read(name, key, "bin")
+    header = _blob_header(key)
+    if raw is None or not raw.startswith(header):
+        return None
+    return raw[len(header):]
+
+
+def write_blob(name: str, key: str, data: bytes) -> None:
+    """Store bytes atomically under (name, key), readable only by the user; silently skipped on any failure."""
+    _write(name, key, "bin", _blob_header(key) + data)
+
+
+def _read(name: str, key: str, ext: str) -> bytes | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    path = folder / f"{name}-{key}.{ext}"
+    try:
+        if not (_trusted(folder) and _trusted(path)):
+            return None
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _write(name: str, key: str, ext: str, data: bytes) -> None:
     folder = cache_dir()
     if folder is None:
         return
+    import tempfile  # only a run that writes pays for it (tempfile imports random, shutil)
+
     try:
-        text = json.dumps({"format": CACHE_FORMAT, "key": key, "value": value}, allow_nan=False)
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for old in folder.glob(f"{name}-*.json"):  # one copy per name: earlier contents are dead weight
+        # a few copies per name (two installs, or two keyword sets, take turns); older ones are dead weight
+        copies = sorted(folder.glob(f"{name}-*.{ext}"), key=_mtime, reverse=True)
+        for old in copies[KEEP - 1:]:
             old.unlink(missing_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, folder / f"{name}-{key}.json")
-    except (OSError, TypeError, ValueError):
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, folder / f"{name}-{key}.{ext}")
+    except OSError:
         return
 
 

@@ -8,6 +8,7 @@ line) the keywords are found in one hyperscan pass when the `fast` extra is inst
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -54,20 +55,54 @@ class KeywordIndex:
         return self.owners(words) if words else []
 
     def _db(self) -> Any:
-        if self._hs_tried:
-            return self._hs
-        self._hs_tried = True
-        if os.environ.get("VLLM_DOCTOR_PURE_PYTHON") or not self.words:
-            return None
-        try:
-            import hyperscan
+        if not self._hs_tried:
+            self._hs_tried = True
+            if os.environ.get("VLLM_DOCTOR_PURE_PYTHON"):
+                return None
+            self._hs = literal_database("hs-index", [w.encode("utf-8", "surrogatepass") for w in self.words],
+                                        single_match=True)
+        return self._hs
 
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=[b"".join(b"\\x%02x" % c for c in w.encode("utf-8", "surrogatepass"))
-                                    for w in self.words],
-                       ids=list(range(len(self.words))), elements=len(self.words),
-                       flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(self.words))
-        except Exception:  # noqa: BLE001 - no extra, or a build that refuses: the plain loop is always right
-            return None
-        self._hs = db
-        return db
+
+def literal_database(name: str, words: Sequence[bytes], caseless: bool = False, single_match: bool = False) -> Any:
+    """`words` as a hyperscan block-mode database of literals (id = index), or None without the `fast` extra.
+
+    Compiling one takes 100-150 ms for the prefilter's ~300 keywords, more than a whole small diagnosis, so
+    the compiled form is kept in the user's cache (datafiles), keyed by the words, the flags and hyperscan's
+    version, and only used if it finds every word in a probe text (a corrupt file, or a database built for
+    another CPU, is compiled afresh). Callers honour VLLM_DOCTOR_PURE_PYTHON=1 (no hyperscan).
+    """
+    if not words:
+        return None
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    from . import datafiles
+
+    flag = (hyperscan.HS_FLAG_CASELESS if caseless else 0) | (hyperscan.HS_FLAG_SINGLEMATCH if single_match else 0)
+    key = datafiles.content_key([f"hyperscan {hyperscan.__version__} {flag}".encode(), *words])
+    stored = datafiles.read_blob(name, key)
+    if stored is not None:
+        try:
+            db = hyperscan.loadb(stored, hyperscan.HS_MODE_BLOCK)
+            if _finds_every_word(db, words):
+                return db
+        except Exception:  # noqa: BLE001 - corrupt, truncated, or for another platform: compile it again
+            pass
+    try:
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=[b"".join(b"\\x%02x" % c for c in w) for w in words],
+                   ids=list(range(len(words))), elements=len(words), flags=[flag] * len(words))
+    except Exception:  # noqa: BLE001 - a broken or too-old build: the pure-Python search is always there
+        return None
+    with contextlib.suppress(Exception):  # a database that cannot be serialized is simply not cached
+        datafiles.write_blob(name, key, hyperscan.dumpb(db))
+    return db
+
+
+def _finds_every_word(db: Any, words: Sequence[bytes]) -> bool:
+    """The database reports each word's id on a text holding every word (what a stale or foreign copy fails)."""
+    found: set[int] = set()
+    db.scan(b"\n".join(words), match_event_handler=lambda i, _s, _e, _f, _c: found.add(i))
+    return found == set(range(len(words)))

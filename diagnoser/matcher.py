@@ -86,11 +86,11 @@ class Evaluator:
     def value(self, source: str, names: dict[str, Any]) -> Any:
         expr = self._cache.get(source)
         if expr is None:
-            if self.env is None:
-                from .sandbox import template_env
+            from .sandbox import expression, template_env
 
+            if self.env is None:
                 self.env = template_env()
-            expr = self._cache[source] = self.env.compile_expression(source, undefined_to_none=False)
+            expr = self._cache[source] = expression(self.env, source)
         try:
             result = expr(**names)
         except Exception:  # noqa: BLE001 - an expression over missing or odd facts simply has no value

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import os
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, BinaryIO
 
+from .keywords import literal_database
 from .shapes import Decoder
 
 BLOCK = 1 << 20          #: bytes read at a time
@@ -239,15 +242,23 @@ class Prefilter:
 
     The search runs over a whole block at a time, never line by line: with the optional `fast` extra
     (hyperscan, SIMD multi-literal search) at several hundred MB/s, else as one trie-shaped regex over the
-    lower-cased block (compiled on first use; a small paste never needs it). Both find the same lines.
+    lower-cased block. Either engine is built on first need (a hyperscan database costs 100-150 ms to compile,
+    so its compiled form is cached, see keywords.literal_database); the first SMALL_INPUT bytes searched
+    (a pasted or small log, whole) need neither: each keyword is looked for with bytes.find. All three find
+    the same lines.
     """
+
+    #: Bytes searched keyword by keyword before an engine is built (~300 finds over 64 KiB: a few ms).
+    SMALL_INPUT = 1 << 16
 
     def __init__(self, keywords: Iterable[str]) -> None:
         words = {k.lower().encode() for k in keywords if k and k.strip()}
         # a keyword that contains another is redundant: the shorter one finds the line already
-        self.keywords = sorted(w for w in words if not any(o != w and o in w for o in words))
+        self.keywords = _irreducible(words)
         self._regex: re.Pattern[bytes] | None = None
-        self._hs: Any = None if os.environ.get("VLLM_DOCTOR_PURE_PYTHON") else _hyperscan_db(self.keywords)
+        self._hs: Any = None
+        self._hs_tried = bool(os.environ.get("VLLM_DOCTOR_PURE_PYTHON"))  # decided when built, as for tests
+        self._searched = 0  # bytes searched so far, across every input this prefilter has seen
 
     @property
     def _any(self) -> re.Pattern[bytes] | None:
@@ -258,17 +269,30 @@ class Prefilter:
 
     @property
     def accelerated(self) -> bool:
-        return self._hs is not None
+        """Whether big blocks are searched by hyperscan (the `fast` extra)."""
+        return self._hyperscan() is not None
+
+    def _hyperscan(self) -> Any:
+        if not self._hs_tried:
+            self._hs_tried = True
+            self._hs = literal_database("hs-prefilter", self.keywords, caseless=True)
+        return self._hs
 
     def holds(self, line: bytes) -> bool:
         """Whether one line carries a keyword (the same test hit_lines makes on a whole block)."""
+        if len(line) < 4096:
+            low = line.lower()
+            return any(k in low for k in self.keywords)
         return self._any is not None and self._any.search(line.lower()) is not None
 
     def hit_lines(self, block: bytes) -> list[int]:
         """Start offsets of the lines in `block` that hold a keyword, sorted and unique."""
         if not self.keywords:
             return []
-        if self._hs is not None:
+        self._searched += len(block)
+        if self._searched <= self.SMALL_INPUT:
+            return self._hit_lines_small(block)
+        if self._hyperscan() is not None:
             return self._hit_lines_hs(block)
         low = block.lower()
         search, find, rfind = self._any.search, low.find, low.rfind
@@ -283,6 +307,20 @@ class Prefilter:
             if pos == -1:
                 break
         return starts
+
+    def _hit_lines_small(self, block: bytes) -> list[int]:
+        low = block.lower()
+        find, rfind = low.find, low.rfind
+        starts: set[int] = set()
+        for word in self.keywords:
+            i = find(word)
+            while i != -1:
+                starts.add(rfind(b"\n", 0, i) + 1)
+                end = find(b"\n", i)
+                if end == -1:
+                    break
+                i = find(word, end)
+        return sorted(starts)
 
     def _hit_lines_hs(self, block: bytes) -> list[int]:
         ends: list[int] = []
@@ -301,22 +339,25 @@ class Prefilter:
         return starts
 
 
-def _hyperscan_db(keywords: list[bytes]) -> Any:
-    """The keywords as a hyperscan database (case-insensitive literals), or None without the extra."""
-    if not keywords:
-        return None
-    try:
-        import hyperscan
-    except ImportError:
-        return None
-    try:
-        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        db.compile(expressions=[b"".join(b"\\x%02x" % c for c in k) for k in keywords],
-                   ids=list(range(len(keywords))), elements=len(keywords),
-                   flags=[hyperscan.HS_FLAG_CASELESS] * len(keywords))
-    except Exception:  # noqa: BLE001 - a broken or too-old build: the pure-Python search is always there
-        return None
-    return db
+def _irreducible(words: set[bytes]) -> list[bytes]:
+    """The words (sorted) that hold no other word: each word is looked for once in all of them joined.
+
+    (Testing every pair costs ~100,000 `in` tests for the ~370 keywords, tens of ms at every start.)
+    """
+    order = sorted(words)
+    if any(b"\0" in w for w in order):
+        return [w for w in order if not any(o != w and o in w for o in order)]
+    joined = b"\0".join(order)
+    ends = list(accumulate(len(w) + 1 for w in order))  # ends[j]: one past the separator after word j
+    redundant: set[int] = set()
+    for word in order:
+        i = joined.find(word)
+        while i != -1:
+            j = bisect_right(ends, i)
+            if order[j] != word:
+                redundant.add(j)
+            i = joined.find(word, i + 1)
+    return [w for j, w in enumerate(order) if j not in redundant]
 
 
 def _trie(words: list[bytes]) -> bytes:

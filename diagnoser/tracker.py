@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from . import datafiles, serve_args
@@ -229,12 +229,17 @@ class Landmark:
     """One landmark line kind, from data/landmarks.yaml."""
 
     keywords: list[str]
-    regex: re.Pattern[str] | None
+    pattern: str | None
     stage: str | None
     engine: str | None
     sets: dict[str, Any]
     stats: bool
     interrupt: bool = False  #: the operator stopped the process (a signal, Ctrl-C)
+
+    @cached_property
+    def regex(self) -> re.Pattern[str] | None:
+        """Compiled on first use: most landmarks never see their keyword in a short log."""
+        return re.compile(self.pattern) if self.pattern else None
 
 
 @lru_cache(maxsize=1)
@@ -244,7 +249,7 @@ def load_landmarks() -> tuple[list[Landmark], dict[str, str]]:
     marks = [
         Landmark(
             keywords=list(item["keywords"]),
-            regex=re.compile(item["regex"]) if item.get("regex") else None,
+            pattern=item.get("regex") or None,
             stage=item.get("stage"),
             engine=item.get("engine"),
             sets=dict(item.get("set") or {}),

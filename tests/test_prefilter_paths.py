@@ -78,8 +78,33 @@ def test_hyperscan_and_the_regex_find_the_same_lines(seed, monkeypatch):
     monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
     plain = Prefilter([w.decode() for w in words])
     assert fast.accelerated and not plain.accelerated
+    monkeypatch.setattr(Prefilter, "SMALL_INPUT", 0)  # the engines, not the keyword-by-keyword start
     block = _block(seed).upper() if seed % 2 else _block(seed)  # case-insensitive both ways
     assert fast.hit_lines(block) == plain.hit_lines(block)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_small_input_searched_keyword_by_keyword_finds_the_lines_an_engine_does(seed, monkeypatch):
+    words = [w.decode() for w in prefilter_for(builtin_rules()).keywords]
+    block = _block(seed).upper() if seed % 2 else _block(seed)
+    small = Prefilter(words)
+    monkeypatch.setattr(Prefilter, "SMALL_INPUT", len(block))
+    got = small.hit_lines(block)
+    assert small._hs is None and small._regex is None  # neither engine was built
+    monkeypatch.setattr(Prefilter, "SMALL_INPUT", 0)
+    engine = Prefilter(words)
+    assert got == engine.hit_lines(block) and len(got) > 10
+    lines = block.split(b"\n")
+    assert [small.holds(line) for line in lines] == [bool(engine.hit_lines(line)) for line in lines]
+
+
+def test_redundant_keywords_are_the_ones_holding_another():
+    words = ["out of memory", "memory", "cuda out of memory", "oom", "room", "zoom", "nccl error", "nccl",
+             "error", "errors", "xerror"]
+    kept = Prefilter(words).keywords
+    encoded = {w.encode() for w in words}
+    assert kept == sorted(w for w in encoded if not any(o != w and o in w for o in encoded))
+    assert kept == [b"error", b"memory", b"nccl", b"oom"]
 
 
 def test_a_log_past_the_paste_size_is_diagnosed_as_the_same_log_read_the_plain_way(monkeypatch):
