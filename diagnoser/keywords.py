@@ -86,6 +86,7 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool = False, 
     if stored is not None:
         try:
             db = hyperscan.loadb(stored, hyperscan.HS_MODE_BLOCK)
+            db.scratch = hyperscan.Scratch(db)  # a loaded database comes without one (compile() makes it)
             if _finds_every_word(db, words):
                 return db
         except Exception:  # noqa: BLE001 - corrupt, truncated, or for another platform: compile it again

@@ -339,7 +339,9 @@ def _template() -> jinja2.Template:
     env.filters["gb"] = lambda b: f"{b / mem.GB:,.2f}"
     env.filters["gib"] = lambda b: f"{b / mem.GIB:,.2f}"
     env.filters["tokens"] = mem.human_tokens
-    return env.from_string(text)
+    from . import templatecache  # the compiled report is cached across runs: its compilation is most of a plan
+
+    return templatecache.from_string(env, text, (__file__,))
 
 
 def _from_log(path: str) -> Any:

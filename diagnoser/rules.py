@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from . import datafiles, safeyaml
+from . import datafiles
 from .errors import InputError, LimitError
 from .regexcheck import catastrophic
 from .series import SERIES_FACTS
@@ -506,7 +506,9 @@ def load_rule_file(path: Path, trusted: bool = False) -> Rule:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(str(path), "(file)", f"cannot read: {exc}") from None
-    import yaml
+    import yaml  # here, not at the top: a run with the cached rules never parses YAML
+
+    from . import safeyaml
 
     try:
         data = safeyaml.load(text)

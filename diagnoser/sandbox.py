@@ -27,11 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from jinja2 import StrictUndefined, Undefined, nodes
-from jinja2.environment import TemplateExpression
 from jinja2.exceptions import SecurityError, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from . import advice_functions, memory
+from . import advice_functions, memory, templatecache
 
 #: What `fn.` offers templates (diagnoser/advice_functions.py): plain functions over plain values.
 FN_API = (
@@ -168,11 +167,6 @@ class RuleSandbox(ImmutableSandboxedEnvironment):
             return super().call_binop(context, operator_, left, right)
         return op(left, right)
 
-    def _generate(self, *args: Any, **kwargs: Any) -> str:
-        """jinja2's code generation, keeping the Python source it made (what compiled() stores)."""
-        code = super()._generate(*args, **kwargs)
-        self.generated = code
-        return code
 
 
 def template_env() -> RuleSandbox:
@@ -189,93 +183,17 @@ def template_env() -> RuleSandbox:
 
 
 def template(env: RuleSandbox, source: str) -> Any:
-    """`env.from_string(source)`, from the compiled-code cache when this source was compiled before."""
-    code = _CODES.get("t", source)
-    if code is None:
-        env.generated = None
-        compiled = env.from_string(source)
-        _CODES.put("t", source, env.generated)
-        return compiled
-    return env.template_class.from_code(env, code, env.make_globals(None), None)
+    """`env.from_string(source)`, from the compiled-code cache (templatecache) when it was compiled before."""
+    return templatecache.from_string(env, source, _SALT)
 
 
 def expression(env: RuleSandbox, source: str) -> Any:
     """`env.compile_expression(source, undefined_to_none=False)`, from the compiled-code cache likewise."""
-    code = _CODES.get("e", source)
-    if code is None:
-        env.generated = None
-        compiled = env.compile_expression(source, undefined_to_none=False)
-        _CODES.put("e", source, env.generated)
-        return compiled
-    return TemplateExpression(env.template_class.from_code(env, code, env.make_globals(None), None), False)
+    return templatecache.compile_expression(env, source, _SALT)
 
 
-class _CodeCache:
-    """The Python source jinja2 generated for each template and expression, kept across runs.
-
-    Generating it (parse, then code generation) is most of a small diagnosis's rendering: ~3 ms a template.
-    The source is a pure function of the template's text, this module (the environment's options, the
-    intercepted operators) and the jinja2 and Python versions, so it is stored in the user's cache
-    (datafiles) under a key made of the last three, by template text, and compiled with Python's compile()
-    on later runs: the generated code calls the same sandboxed environment for every attribute, call and
-    operator, so the run-time guarantees are unchanged; the load-time checks (check_template) ran when the
-    rule was validated. The file holds code, so it is read only under datafiles' trust checks (owned by the
-    user, writable by nobody else), as Python trusts its own __pycache__. New entries are written once, when
-    the process exits; any problem (unreadable, corrupt, a stale entry that no longer compiles) falls back
-    to jinja2.
-    """
-
-    NAME = "templates"
-
-    def __init__(self) -> None:
-        self._stored: dict[str, str] | None = None
-        self._new: dict[str, str] = {}
-        self._key = ""
-
-    def _load(self) -> dict[str, str]:
-        if self._stored is None:
-            import atexit
-            import sys
-            from pathlib import Path
-
-            import jinja2
-
-            from . import datafiles
-
-            self._key = datafiles.content_key([jinja2.__version__.encode(), sys.version.encode(),
-                                               Path(__file__).read_bytes()])
-            stored = datafiles.read_cache(self.NAME, self._key)
-            self._stored = stored if isinstance(stored, dict) else {}
-            atexit.register(self.flush)
-        return self._stored
-
-    def get(self, kind: str, source: str) -> Any:
-        """The compiled code for (kind, source), or None (not stored, or what is stored does not compile)."""
-        text = self._load().get(f"{kind}:{source}")
-        if not isinstance(text, str):
-            return None
-        try:
-            return compile(text, "<template>", "exec")
-        except (SyntaxError, ValueError, TypeError):
-            return None
-
-    def put(self, kind: str, source: str, generated: str | None) -> None:
-        if isinstance(generated, str):
-            self._new[f"{kind}:{source}"] = generated
-
-    def flush(self) -> None:
-        """Write what this run compiled, merged with what another run may have stored meanwhile."""
-        if not self._new:
-            return
-        from . import datafiles
-
-        stored = datafiles.read_cache(self.NAME, self._key)
-        merged = {**(stored if isinstance(stored, dict) else {}), **self._new}
-        datafiles.write_cache(self.NAME, self._key, merged)
-        self._stored, self._new = merged, {}
-
-
-_CODES = _CodeCache()
+#: What else decides the code jinja2 generates here: this module (options, intercepted operators, filters).
+_SALT = (__file__,)
 
 
 def render(template: Any, names: dict[str, Any]) -> str:

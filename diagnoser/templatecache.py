@@ -1,0 +1,186 @@
+"""Compiled jinja2 templates across runs: the Python source jinja2 generates, kept in the user's cache.
+
+Generating it (parse, then code generation) is most of what rendering costs a short run: ~3 ms for a rule's
+template or expression, ~100 ms for `plan`'s report. The generated source is a function of the template's
+text, the environment (its class, syntax options, filters and tests, intercepted operators), the module
+that configures it (`salt`: constant folding may call its filters at compile time) and the jinja2 and
+Python versions, so it is stored in datafiles' cache under a key made of all but the text, by text, and
+compiled with Python's compile() on later runs. For the rule sandbox nothing changes at run time: the
+generated code calls the same sandboxed environment for every attribute, call and operator; the load-time
+checks (sandbox.check_template) ran when the rule was validated.
+
+The cache holds code, so it is read only under datafiles' trust checks (owned by the user, writable by
+nobody else), as Python trusts its own __pycache__. What a run compiled is written once, at exit, merged
+with what another run stored meanwhile; any problem (unreadable, corrupt, an entry that does not compile)
+falls back to jinja2's compiler.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+NAME = "templates"
+
+
+def from_string(env: Any, source: str, salt: tuple[str, ...] = ()) -> Any:
+    """`env.from_string(source)`, from the cache when this environment compiled this text before."""
+    store = _store(env, salt)
+    code = store.get("t", source)
+    if code is None:
+        with _Capture(env) as generated:
+            compiled = env.from_string(source)
+        store.put("t", source, generated)
+        return compiled
+    return env.template_class.from_code(env, code, env.make_globals(None), None)
+
+
+def compile_expression(env: Any, source: str, salt: tuple[str, ...] = ()) -> Any:
+    """`env.compile_expression(source, undefined_to_none=False)`, from the cache likewise."""
+    from jinja2.environment import TemplateExpression
+
+    store = _store(env, salt)
+    code = store.get("e", source)
+    if code is None:
+        with _Capture(env) as generated:
+            compiled = env.compile_expression(source, undefined_to_none=False)
+        store.put("e", source, generated)
+        return compiled
+    return TemplateExpression(env.template_class.from_code(env, code, env.make_globals(None), None), False)
+
+
+class _Capture:
+    """Records the Python source jinja2 generates inside the block (its Environment._generate).
+
+    One capture at a time (a lock): the hook sits on the environment object while its block runs."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.code: list[str] = []
+
+    def __enter__(self) -> list[str]:
+        self._lock.acquire()
+        original = self.env._generate
+        self._original = original
+
+        def generate(*args: Any, **kwargs: Any) -> str:
+            code = original(*args, **kwargs)
+            self.code.append(code)
+            return code
+
+        self.env._generate = generate
+        return self.code
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            del self.env._generate  # the class's method again
+        finally:
+            self._lock.release()
+
+
+class _Store:
+    """The cached sources of one environment configuration, by (kind, template text)."""
+
+    def __init__(self, key: str) -> None:
+        from . import datafiles
+
+        self.key = key
+        stored = datafiles.read_cache(NAME, key)
+        self.stored: dict[str, Any] = stored if isinstance(stored, dict) else {}
+        self.new: dict[str, str] = {}
+
+    def get(self, kind: str, source: str) -> Any:
+        """The compiled code for (kind, source), or None (not stored, or what is stored does not compile)."""
+        text = self.stored.get(f"{kind}:{source}")
+        if not isinstance(text, str):
+            return None
+        try:
+            return compile(text, "<template>", "exec")
+        except (SyntaxError, ValueError, TypeError):
+            return None
+
+    def put(self, kind: str, source: str, generated: list[str]) -> None:
+        if len(generated) == 1:  # exactly one generation: the template's own code
+            self.new[f"{kind}:{source}"] = generated[0]
+
+    def flush(self) -> None:
+        if not self.new:
+            return
+        from . import datafiles
+
+        stored = datafiles.read_cache(NAME, self.key)
+        merged = {**(stored if isinstance(stored, dict) else {}), **self.new}
+        datafiles.write_cache(NAME, self.key, merged)
+        self.stored, self.new = merged, {}
+
+
+_STORES: dict[str, _Store] = {}
+
+
+_KEYS: dict[tuple[int, tuple[str, ...]], tuple[Any, str]] = {}
+
+
+def _store(env: Any, salt: tuple[str, ...]) -> _Store:
+    known = _KEYS.get((id(env), salt))
+    if known is None or known[0] is not env:
+        known = _KEYS[(id(env), salt)] = (env, _key(env, salt))  # the reference keeps the id from being reused
+    key = known[1]
+    store = _STORES.get(key)
+    if store is None:
+        if not _STORES:
+            import atexit
+
+            atexit.register(flush)
+        store = _STORES[key] = _Store(key)
+    return store
+
+
+def flush() -> None:
+    """Write what this process compiled (also run at exit)."""
+    for store in _STORES.values():
+        store.flush()
+
+
+def _key(env: Any, salt: tuple[str, ...]) -> str:
+    import jinja2
+
+    from . import datafiles
+
+    cls = type(env)
+    options = [getattr(env, name, None) for name in (
+        "block_start_string", "block_end_string", "variable_start_string", "variable_end_string",
+        "comment_start_string", "comment_end_string", "line_statement_prefix", "line_comment_prefix",
+        "trim_blocks", "lstrip_blocks", "newline_sequence", "keep_trailing_newline", "optimized", "is_async",
+        "sandboxed")]
+    ops = [sorted(getattr(env, "intercepted_binops", ())), sorted(getattr(env, "intercepted_unops", ()))]
+    described = repr([f"{cls.__module__}.{cls.__qualname__}", options, ops, bool(env.finalize),
+                      bool(env.autoescape), sorted(env.extensions), _functions(env.filters), _functions(env.tests)])
+    parts = [jinja2.__version__.encode(), sys.version.encode(), described.encode()]
+    parts.extend(Path(p).read_bytes() for p in salt)
+    return datafiles.content_key(parts)
+
+
+def _functions(table: dict[str, Any]) -> list[Any]:
+    """Each filter or test by name, with what the compiler reads from it (pass_arg) and its code (jinja2's own
+    are named by the version)."""
+    out = []
+    for name in sorted(table):
+        fn = table[name]
+        if (getattr(fn, "__module__", None) or "").startswith("jinja2."):
+            out.append((name, fn.__module__, getattr(fn, "__qualname__", "")))
+            continue
+        code = getattr(fn, "__code__", None)
+        out.append((name, str(getattr(fn, "jinja_pass_arg", None)),
+                    _code(code) if code is not None else getattr(fn, "__qualname__", type(fn).__name__)))
+    return out
+
+
+def _code(code: Any) -> Any:
+    """A code object's bytecode, constants and names, nested code included (no addresses: stable across runs)."""
+    consts = [_code(c) if hasattr(c, "co_code") else sorted(map(repr, c)) if isinstance(c, frozenset) else repr(c)
+              for c in code.co_consts]
+    return [code.co_code.hex(), consts, list(code.co_names)]
