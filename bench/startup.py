@@ -8,7 +8,9 @@ The floor is `python -c "import click, yaml, jinja2, regex, rapidfuzz"`: what an
 it does anything. Each round runs every command once, in turn (interleaved, so a noisy neighbour slows all
 of them alike), after one warm-up round: the warm-up writes the bytecode and the parsed-rules cache, as a
 user's first run does, and the rounds measure every run after it. PYTHONDONTWRITEBYTECODE is removed from
-the children's environment, since pip compiles an installed package's bytecode.
+the children's environment, since pip compiles an installed package's bytecode. The children get a cache
+directory of their own (VLLM_DOCTOR_CACHE_DIR, removed afterwards), so other programs sharing the user's
+cache cannot evict an entry between rounds; `--user-cache` measures with the user's cache instead.
 
 Targets (issue 13): diagnose and plan <= 1.5x the floor, --version and --help <= 1.1x.
 """
@@ -17,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -56,8 +60,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=10, help="interleaved rounds; default 10")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--user-cache", action="store_true", help="use the user's cache, not a private one")
     args = ap.parse_args(argv)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "VLLM_DOCTOR_NO_CACHE")}
+    private = None if args.user_cache else tempfile.mkdtemp(prefix="vllm-doctor-bench-cache-")
+    if private:
+        env["VLLM_DOCTOR_CACHE_DIR"] = private
+    try:
+        return _measure(args, env)
+    finally:
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, env: dict[str, str]) -> int:
     cmds = commands()
     for cmd, _ in cmds.values():  # warm-up: bytecode and the parsed-rules cache, as after a first run
         once(cmd, env)
