@@ -4,21 +4,24 @@ Generating it (parse, then code generation) is most of what rendering costs a sh
 template or expression, ~100 ms for `plan`'s report. The generated source is a function of the template's
 text, the environment (its class, syntax options, filters and tests, intercepted operators), the module
 that configures it (`salt`: constant folding may call its filters at compile time) and the jinja2 and
-Python versions, so it is stored in datafiles' cache under a key made of all but the text, by text, and
-compiled with Python's compile() on later runs. For the rule sandbox nothing changes at run time: the
+Python versions, so its compiled form (a code object, marshalled) is stored in datafiles' cache under a
+key made of all but the text, by text, and loaded on later runs. For the rule sandbox nothing changes at run time: the
 generated code calls the same sandboxed environment for every attribute, call and operator; the load-time
 checks (sandbox.check_template) ran when the rule was validated.
 
 The cache holds code, so it is read only under datafiles' trust checks (owned by the user, writable by
 nobody else), as Python trusts its own __pycache__. What a run compiled is written once, at exit, merged
 with what another run stored meanwhile; any problem (unreadable, corrupt, an entry that does not compile)
-falls back to jinja2's compiler.
+falls back to jinja2's compiler (marshal data is checked to be a code object).
 """
 
 from __future__ import annotations
 
+import base64
+import marshal
 import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +55,7 @@ def compile_expression(env: Any, source: str, salt: tuple[str, ...] = ()) -> Any
 
 
 class _Capture:
-    """Records the Python source jinja2 generates inside the block (its Environment._generate).
+    """Records the code objects jinja2 compiles inside the block (its Environment._compile).
 
     One capture at a time (a lock): the hook sits on the environment object while its block runs."""
 
@@ -60,30 +63,29 @@ class _Capture:
 
     def __init__(self, env: Any) -> None:
         self.env = env
-        self.code: list[str] = []
+        self.code: list[Any] = []
 
-    def __enter__(self) -> list[str]:
+    def __enter__(self) -> list[Any]:
         self._lock.acquire()
-        original = self.env._generate
-        self._original = original
+        original = self.env._compile
 
-        def generate(*args: Any, **kwargs: Any) -> str:
+        def compile_(*args: Any, **kwargs: Any) -> Any:
             code = original(*args, **kwargs)
             self.code.append(code)
             return code
 
-        self.env._generate = generate
+        self.env._compile = compile_
         return self.code
 
     def __exit__(self, *exc: object) -> None:
         try:
-            del self.env._generate  # the class's method again
+            del self.env._compile  # the class's method again
         finally:
             self._lock.release()
 
 
 class _Store:
-    """The cached sources of one environment configuration, by (kind, template text)."""
+    """The cached code of one environment configuration, by (kind, template text)."""
 
     def __init__(self, key: str) -> None:
         from . import datafiles
@@ -94,18 +96,19 @@ class _Store:
         self.new: dict[str, str] = {}
 
     def get(self, kind: str, source: str) -> Any:
-        """The compiled code for (kind, source), or None (not stored, or what is stored does not compile)."""
+        """The code object for (kind, source), or None (not stored, or what is stored is not one)."""
         text = self.stored.get(f"{kind}:{source}")
         if not isinstance(text, str):
             return None
         try:
-            return compile(text, "<template>", "exec")
-        except (SyntaxError, ValueError, TypeError):
+            code = marshal.loads(base64.b64decode(text, validate=True))
+        except (ValueError, EOFError, TypeError):
             return None
+        return code if isinstance(code, types.CodeType) else None
 
-    def put(self, kind: str, source: str, generated: list[str]) -> None:
-        if len(generated) == 1:  # exactly one generation: the template's own code
-            self.new[f"{kind}:{source}"] = generated[0]
+    def put(self, kind: str, source: str, compiled: list[Any]) -> None:
+        if len(compiled) == 1 and isinstance(compiled[0], types.CodeType):  # the template's own code, only
+            self.new[f"{kind}:{source}"] = base64.b64encode(marshal.dumps(compiled[0])).decode("ascii")
 
     def flush(self) -> None:
         if not self.new:

@@ -5,7 +5,9 @@ corrupt, foreign or stale entry, or a cache directory that cannot be written, fa
 
 from __future__ import annotations
 
+import base64
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -224,7 +226,14 @@ def test_corrupt_or_tampered_template_entries_fall_back_to_jinja2(cache, fresh_t
     _new_run(monkeypatch)
     (path,) = cache.glob("templates-*.json")
     doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["value"] = {k: "def root(:\n" for k in doc["value"]}  # entries that no longer compile
+    doc["value"] = {k: "not base64!" for k in doc["value"]}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    names = {"flag": "--x", "value": 5, "note": None}
+    assert sandbox.render(sandbox.template(sandbox.template_env(), ADVICE), names) == "Set --x to 5."
+    _new_run(monkeypatch)
+    (path,) = cache.glob("templates-*.json")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["value"] = {k: base64.b64encode(marshal.dumps(("not", "code"))).decode() for k in doc["value"]}
     path.write_text(json.dumps(doc), encoding="utf-8")
     names = {"flag": "--x", "value": 5, "note": None}
     assert sandbox.render(sandbox.template(sandbox.template_env(), ADVICE), names) == "Set --x to 5."
