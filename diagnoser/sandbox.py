@@ -168,7 +168,6 @@ class RuleSandbox(ImmutableSandboxedEnvironment):
         return op(left, right)
 
 
-
 def template_env() -> RuleSandbox:
     """The one environment for rule templates and expressions: sandboxed, bounded, strict about names."""
     env = RuleSandbox(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
