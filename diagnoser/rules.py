@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -658,6 +658,12 @@ def encode_rule(value: Any) -> Any:
     raise TypeError(f"cannot cache a {type(value).__name__}")
 
 
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    """A dataclass's field names (dataclasses.fields() per decoded object was most of a cached load)."""
+    return frozenset(f.name for f in fields(cls))
+
+
 def decode_rule(value: Any, path: str | None = None) -> Any:
     """The inverse of encode_rule; `path` replaces a Rule's stored path (the package may have moved)."""
     if isinstance(value, list):
@@ -674,7 +680,7 @@ def decode_rule(value: Any, path: str | None = None) -> Any:
     if kind == "dict":
         return {k: decode_rule(v) for k, v in value["items"].items()}
     cls = _CODEC[kind]
-    names = {f.name for f in fields(cls)}
+    names = _field_names(cls)
     args = {k: decode_rule(v) for k, v in value.items() if k != "$"}
     if set(args) != names:
         raise ValueError(f"cached {kind} does not match the code")
