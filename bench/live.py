@@ -169,7 +169,8 @@ def main() -> int:
               f"(goal >= 0.5x); output identical: {same}")
         print(f"  wall, start to the end of the copy (start-up included: first byte after {tee_first * 1000:.0f} ms): "
               f"{tee_end:.2f} s against cat's {cat_end:.2f} s, ratio {cat_end / tee_end:.2f}x")
-        print(f"  the diagnosis done (the doctor exited) after {tee_done:.2f} s; without --tee {med(plain):.2f} s")
+        print(f"  the diagnosis done (the doctor exited) after {tee_done:.2f} s; the file mode (`vllm-doctor - < LOG`, "
+              f"the serving series too) {med(plain):.2f} s")
         print(f"  input piped (`cat LOG | vllm-doctor --tee | reader`): copy {mb / piped_steady:.0f} MB/s, ratio "
               f"{cat_steady / piped_steady:.2f}x (wall {cat_end / piped_end:.2f}x; the copy runs at most 8 MB ahead "
               f"of the diagnosis); exited after {piped_done:.2f} s")

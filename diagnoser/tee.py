@@ -6,8 +6,8 @@ diagnosis (pread, behind the copy); a pipe is copied chunk by chunk as read, and
 the diagnosis, at most MAX_BEHIND bytes (then the copy waits: memory stays bounded, nothing is lost).
 The diagnosis never reads a byte before it has been copied.
 
-Light to import (the standard library and the reader's block size): the CLI starts the copy before the rules
-load, so the first bytes pass at once.
+Light to import (the standard library only): the CLI starts the copy before the rules load, so the first
+bytes pass at once.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import threading
 import time
 from collections import deque
 
-from .reader import BLOCK
-
+BLOCK = 1 << 20        #: bytes read at a time (the reader's BLOCK; not imported: its regexes compile on import)
 POLL = 0.1             #: seconds the copier waits for input before it looks whether it should stop
 
 
