@@ -38,9 +38,11 @@ def write_all(fd: int, data: bytes) -> None:
             return  # whoever read our stdout went away: the diagnosis goes on
         view = view[n:]
 
+
 MAX_BEHIND = 8 << 20   #: bytes a pipe's copy may run ahead of the diagnosis (then it waits: bounded memory)
 SEND_CHUNK = 4 << 20   #: bytes one sendfile() call copies from a regular file
 STALL = 0.05           #: a file's copy that made no progress this long waits for its reader: diagnose meanwhile
+HEAD_START = 2.0       #: seconds a file's copy runs alone at most (then the diagnosis reads beside it)
 
 
 class Tee:
@@ -158,13 +160,15 @@ class FileTee(Tee):
     diagnosis reads the file itself (pread, behind the copy), so nothing is held in memory.
 
     The whole file is there at once, so while the copy moves the diagnosis waits for it (on two busy cores
-    they would slow each other down): the reader of the copy gets it at `cat`'s pace, and the findings come
-    after it. A copy that stalls (a slow reader, `| less`) lets the diagnosis go on meanwhile.
+    they would slow each other down), for HEAD_START seconds at most: the reader of the copy gets a file of
+    a gigabyte or two at `cat`'s pace, and the findings come after it. A copy that stalls (a slow reader,
+    `| less`) lets the diagnosis go on meanwhile.
     """
 
     def __init__(self, fd: int, out: int, close_out: bool = False) -> None:
         self.pos = self.copied = os.lseek(fd, 0, os.SEEK_CUR)
         self.progress_at = time.monotonic()
+        self.alone_until = self.progress_at + HEAD_START
         super().__init__(fd, out, close_out)
 
     def _copy(self) -> None:
@@ -203,7 +207,8 @@ class FileTee(Tee):
                 self.cond.wait(timeout)
                 if self.pos >= self.copied and not self.done:
                     return None
-            while not self.done and time.monotonic() - self.progress_at < STALL:
+            while not self.done and time.monotonic() < self.alone_until and \
+                    time.monotonic() - self.progress_at < STALL:
                 self.cond.wait(STALL)  # the copy is moving: it goes first
             if self.pos >= self.copied:
                 if self.error is not None:
