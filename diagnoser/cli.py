@@ -251,6 +251,11 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     """
     if output and any(f != "-" and _same_file(f, output) for f in files):
         raise click.UsageError(f"-o {output}: is one of the inputs; write the report to another file")
+    copy = None
+    if tee and not follow and not command and len(files) <= 1:
+        from . import tee as tee_mod  # the copy starts before the rules load: the first bytes pass at once
+
+        copy = tee_mod.start(files[0] if files else "-", sys.stdout.fileno())
     rules = _rules_with(rule_paths)
     if config_file and not Path(config_file).is_file():
         raise click.UsageError(f"--config-file {config_file}: no such file; give the launch config that set the "
@@ -281,7 +286,7 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
 
         return run_live(opts, rules, render, files[0] if files else "-", follow=follow, command=command,
                         redact=not no_redact, output=output, kill_on_failure=kill_on_failure,
-                        exit_code=lambda r: exit_code([r], fail_on, exit_zero))
+                        exit_code=lambda r: exit_code([r], fail_on, exit_zero), tee=copy)
     reports = []
     errors: list[str] = []
     for name, stream in _open_inputs(files, errors):

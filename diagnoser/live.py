@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -27,11 +28,12 @@ from .advise import Advisor, Finding
 from .engine import Report, prefilter_for
 from .errors import InputError
 from .matcher import Hit, Matcher
-from .reader import BLOCK, ReadStats, read_lines
+from .reader import BLOCK, Line, ReadStats, read_lines
 from .redact import Redactor
 from .report.model import finding_dict
 from .rules import Rule
 from .stages import coarse
+from .tee import FileTee, Tee, tee_source, write_all
 from .tracker import Tracker
 
 POLL = 0.1           #: seconds between looks at an idle input ...
@@ -39,6 +41,15 @@ POLL_BUSY = 0.01     #: ... while the matcher holds lines: idle this long, they 
 SETTLE = 1.0         #: a failure is certain once the input has been idle this long after it ...
 SETTLE_MAX = 5.0     #: ... or this long after it at the latest (the rest of a traceback, other ranks)
 EXIT_TIMEOUT = 3
+
+#: A traceback's frame at the module level: the exception was not caught, the interpreter exits with it.
+TOPLEVEL_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in <module>\s*$|^\s*File "<frozen runpy>"')
+#: What a vLLM process prints as it goes down after an error: its wrappers' exceptions, a monitor's word
+#: that a process died, a fatal signal (all on lines the reader passes on: they carry rule keywords).
+GOING_DOWN = re.compile(
+    r"initialization failed|failed to start|See root cause above|died unexpectedly|died, exit code|"
+    r"Fatal Python error|EngineCore encountered|Engine loop has died|Background loop has errored|"
+    r"WorkerProc hit an exception|Worker failed with error")
 
 
 class Stop(Exception):  # noqa: N818 - control flow, not an error
@@ -135,6 +146,7 @@ class Feed:
         self.poll = poll
         self.tee_fd = tee_fd
         self.last_data = time.monotonic()
+        self.eof = False
 
     def read1(self, size: int = BLOCK) -> bytes:
         while True:
@@ -143,26 +155,15 @@ class Feed:
                 self.tick(True)
                 continue
             if data and self.tee_fd is not None:
-                _write_all(self.tee_fd, data)
+                write_all(self.tee_fd, data)
             self.last_data = time.monotonic()
             if data:
                 self.tick(False)
+            else:
+                self.eof = True
             return data
 
     read = read1
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except BlockingIOError:
-            select.select([], [fd], [], 1.0)
-            continue
-        except BrokenPipeError:
-            return  # whoever read our stdout went away: the diagnosis goes on
-        view = view[n:]
 
 
 # -- the watch: what is known so far, and when to say it ---------------------------------------------------
@@ -188,6 +189,8 @@ class Watch:
     emit: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
     tee_fd: int | None = None       #: where --tee copies the input (stdout's descriptor)
     clock: Callable[[], float] = time.monotonic
+    close_tee: bool = False         #: --tee: close the copy (stdout) once the input has been copied to its end
+    exited: Callable[[], bool] = field(default=lambda: False)  #: `run`: whether the command has exited
 
     def __post_init__(self) -> None:
         self.redactor = Redactor() if self.redact else None
@@ -204,6 +207,11 @@ class Watch:
         self.last_line_at = self.start
         self.ready_line: int | None = None
         self.feed: Feed | None = None
+        self.tee: Tee | None = None
+        # an unrecognized failure (no rule but the fallback's): certain once the process is seen going down
+        self.unrecognized: int | None = None    #: line of the first exception only the fallback rule matched
+        self.toplevel = False                   #: the current traceback reaches the module level (uncaught)
+        self.suspect_at: float | None = None    #: when the going-down evidence came
         self.findings: list[Finding] = []
         self.last_number = 0
         # expressions compiled while the input is idle, one rule a tick, so the first hit of a rule does not
@@ -215,17 +223,41 @@ class Watch:
 
     def run(self, source: Any) -> tuple[str, int]:
         """Read `source` to its end or to a verdict: returns (verdict, exit code)."""
-        self.feed = Feed(source, self._tick, self.tee_fd,
-                         lambda: POLL_BUSY if self.matcher.held or self._cold or self.failure_at is not None else POLL)
+        tee_fd = self.tee_fd
+        if isinstance(source, Tee):
+            self.tee, tee_fd = source, None  # started by the caller
+        elif tee_fd is not None and isinstance(source, PipeSource):
+            self.tee = source = tee_source(source.fd, tee_fd, self.close_tee)  # the copy runs ahead
+            tee_fd = None
+        self.feed = Feed(source, self._tick, tee_fd,
+                         lambda: POLL_BUSY if self.matcher.held or self._cold or self.failure_at is not None
+                         or self.suspect_at is not None else POLL)
         verdict = "exit"
         try:
             for line in read_lines(self.feed, prefilter_for(self.rules), self.redactor, self.stats):
                 self.last_line_at = self.clock()
                 self.matcher.feed(line, self.tracker.observe(line))
-                self._after_line(line.number)
+                self._after_line(line)
         except Stop as stop:
             verdict = stop.verdict
+        if self.tee is not None and self.feed.eof:
+            self.tee.finish()
         return self._verdict(verdict)
+
+    @property
+    def eof(self) -> bool:
+        """Whether the input was read to its end."""
+        return self.feed is not None and self.feed.eof
+
+    def release_tee(self) -> bool:
+        """After an early verdict: True when the input has more to come (for a drainer to copy)."""
+        if self.tee is None:
+            return not self.eof
+        if isinstance(self.tee, FileTee):
+            self.tee.finish()  # a file: the copy ends by itself, in a moment
+            return False
+        self.tee.stop()
+        return not self.tee.done
 
     def report(self) -> Report:
         """The report of what was read so far (for the formats' renderers)."""
@@ -233,9 +265,11 @@ class Watch:
         return Report(path=self.path, lines=self.stats.lines, bytes=self.stats.bytes, context=self.tracker.context,
                       findings=self.findings, redactions=dict(self.redactor.counts) if self.redactor else {})
 
-    def _after_line(self, number: int) -> None:
+    def _after_line(self, line: Line) -> None:
+        number = line.number
         if len(self.matcher.hits) > self.seen:
             self._new_hits()
+        self._going_down(line.text)
         stage = self.tracker.stage
         if stage != self.stage:
             self.stage, self.stage_since = stage, self.clock()
@@ -272,6 +306,34 @@ class Watch:
             idle = now - max(self.last_line_at, self.failure_at)
             if idle >= SETTLE or now - self.failure_at >= SETTLE_MAX:
                 raise Stop("failure")
+        if self.suspect_at is not None and self.opts.until in ("failure", "ready"):
+            idle = now - max(self.last_line_at, self.suspect_at)
+            if idle >= SETTLE or now - self.suspect_at >= SETTLE_MAX:
+                self.suspect_at = None
+                if self._unrecognized_error():
+                    raise Stop("failure")
+        if self.feed is not None and now - self.feed.last_data >= SETTLE and self.exited():
+            raise Stop("exit")  # the command is gone and its output has stopped (a worker may hold the pipe)
+
+    def _going_down(self, text: str) -> None:
+        """Watch for the process going down after an exception only the fallback rule explains."""
+        if text.startswith("Traceback (most recent call last)"):
+            self.toplevel = False
+        elif TOPLEVEL_FRAME.match(text):
+            self.toplevel = True
+            self._suspect()
+        elif GOING_DOWN.search(text):
+            self._suspect()
+
+    def _suspect(self) -> None:
+        if self.unrecognized is not None and self.failure_at is None and self.suspect_at is None:
+            self.suspect_at = self.clock()
+
+    def _unrecognized_error(self) -> bool:
+        """Whether the report, as of now, has an error (the fallback's conditions are evaluated as for a file)."""
+        self.matcher.finish()
+        self._new_hits()
+        return any(f.severity == "error" for f in self.advisor.findings(list(self.matcher.hits), self.tracker.context))
 
     def _new_hits(self, final: bool = False) -> None:
         """Announce each rule the first time it hits, straight from the hit (no advice rendering on the way:
@@ -285,6 +347,10 @@ class Watch:
             if rule.id in self.told:
                 self.told[rule.id].count += 1
                 continue
+            if rule.fallback and rule.severity == "error" and self.unrecognized is None:
+                self.unrecognized = h.line.number
+                if self.toplevel:  # the exception ends a traceback from the module level: uncaught
+                    self._suspect()
             if rule.severity == "info" or rule.keep_when or rule.fallback or (h.line.number, rule.id) in replaced:
                 continue  # these need the whole picture: reported with the findings at the end
             stage = h.stage if (h.stage in rule.stage_choices or not rule.stage) else rule.stage
@@ -397,6 +463,9 @@ class Child:
     def wait(self) -> int:
         return self.proc.wait()
 
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
 
 def drain_in_background(fd: int, tee: bool) -> None:
     """Keep reading a producer's output after we exit early, so it is not killed by a closed pipe.
@@ -421,7 +490,7 @@ def drain_in_background(fd: int, tee: bool) -> None:
             if not data:
                 break
             if out is not None:
-                _write_all(out, data)
+                write_all(out, data)
     except BaseException:  # noqa: BLE001 - the drainer must never raise into the caller's code
         pass
     finally:
@@ -434,16 +503,17 @@ def drain_in_background(fd: int, tee: bool) -> None:
 def run_live(opts: LiveOptions, rules: list[Rule] | tuple[Rule, ...], render: Callable[[Report], str],
              path: str = "-", *, follow: str | None = None, command: list[str] | None = None, redact: bool = True,
              output: str | None = None, kill_on_failure: bool = False,
-             exit_code: Callable[[Report], int] = lambda r: 0) -> int:
+             exit_code: Callable[[Report], int] = lambda r: 0, tee: Tee | None = None) -> int:
     """Read stdin, a file, a followed file or a command's output live; print as it goes; return the exit code.
 
     With --tee stdout carries the input, so everything the doctor says goes to stderr; without it the closing
-    report (or, with --format jsonl, the events) goes to stdout.
+    report (or, with --format jsonl, the events) goes to stdout. `tee`: the copy of stdin or `path`, started
+    by the caller (tee.start) before the rules were loaded.
     """
     events_to = sys.stderr if opts.tee or opts.fmt != "jsonl" else sys.stdout
     watch = Watch(rules, opts, path=follow or (" ".join(command) if command else path), redact=redact,
                   emit=lambda s: print(s, file=events_to, flush=True),
-                  tee_fd=sys.stdout.fileno() if opts.tee else None)
+                  tee_fd=sys.stdout.fileno() if opts.tee else None, close_tee=opts.tee)
     child: Child | None = None
     fh: BinaryIO | None = None
     if follow:
@@ -451,6 +521,9 @@ def run_live(opts: LiveOptions, rules: list[Rule] | tuple[Rule, ...], render: Ca
     elif command:
         child = Child(command)
         source = child.source
+        watch.exited = child.exited
+    elif tee is not None:
+        source = tee
     elif path != "-":
         try:
             fh = open(path, "rb")  # noqa: SIM115 - closed below
@@ -467,8 +540,11 @@ def run_live(opts: LiveOptions, rules: list[Rule] | tuple[Rule, ...], render: Ca
     if verdict == "exit":
         code = exit_code(report)
     rc = None
+    more = watch.release_tee() if verdict != "exit" or not watch.eof else False  # the copy stops or ends here
     if child is not None:
         if verdict == "exit":
+            if more:
+                drain_in_background(child.source.fd, opts.tee)  # a worker of the command still holds the pipe
             rc = child.wait()
             if child.signalled is not None and code == 0:
                 code = 128 + child.signalled
@@ -478,12 +554,14 @@ def run_live(opts: LiveOptions, rules: list[Rule] | tuple[Rule, ...], render: Ca
                       file=sys.stderr, flush=True)
         elif kill_on_failure and verdict in ("failure", "timeout"):
             child.stop()
-        else:
+        elif more:
             drain_in_background(child.source.fd, opts.tee)
-    elif verdict in ("ready", "failure", "timeout") and not follow and fh is None:
+    elif verdict in ("ready", "failure", "timeout") and not follow and fh is None and path == "-" and more:
         drain_in_background(sys.stdin.fileno(), opts.tee)  # the producer keeps its pipe
     if fh is not None:
         fh.close()
+    if watch.tee is not None:
+        watch.tee.close()
     if verdict == "ready" and opts.fmt != "jsonl":
         print(f"vllm-doctor: ready at line {watch.ready_line} after {watch.clock() - watch.start:.1f} s",
               file=sys.stderr, flush=True)

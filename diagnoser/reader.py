@@ -174,8 +174,8 @@ def _cut(text: str, restart: re.Pattern[str]) -> list[str]:
         if cut <= start:
             continue
         part = text[start:cut].strip()
-        if part and not parse_line(0, part).text:
-            continue  # only a prefix (a quote, a process tag, a header): it belongs to what follows
+        if part and not parse_line(0, part + " ").text:  # the space strip() took: `vllm[42]: `, `stderr F `
+            continue  # only a prefix (a quote, a process tag, a header, a shipper's): it belongs to what follows
         parts.append(part)
         start = cut
     parts.append(text[start:].strip())
@@ -385,12 +385,13 @@ def _trie(words: list[bytes]) -> bytes:
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
                stats: ReadStats | None = None,
-               on_block: Callable[[int, bytes], None] | None = None) -> Iterator[Line]:
+               on_block: Callable[[int, bytes, list[int] | None], None] | None = None) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
-    the FOLLOW lines after each. `on_block(first_line_number, block)` sees each block of whole raw lines
-    before its lines are yielded (what is counted rather than read: access lines).
+    the FOLLOW lines after each. `on_block(first_line_number, block, line_map)` sees each block of whole raw
+    lines before its lines are yielded (what is counted rather than read: access lines); `line_map`, when a
+    shipper's records were decoded, gives the physical line of each of the block's lines.
     """
     st = stats if stats is not None else ReadStats()
     shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
@@ -420,7 +421,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
         lines_in_block = block.count(b"\n")
         block, shape_map = shapes.decode_block(block)
         if on_block is not None:
-            on_block(number, block)
+            on_block(number, block, shape_map)
         if prefilter is not None and st.bytes > PASTE_MAX:
             # past the paste-sized start: the same lines, found without a pass over each line of the block
             # (request-logger and access lines are skipped where the search lands, not blanked beforehand)
@@ -442,7 +443,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     if carry:  # a last line without a newline (a truncated log)
         block = shapes.decode_block(carry + b"\n")[0] + shapes.flush()
         if on_block is not None:
-            on_block(number, block)
+            on_block(number, block, [0] * block.count(b"\n"))
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, [0] * block.count(b"\n"))
         number += 1
     elif rest := shapes.flush():  # a shipper's partial line whose end never came

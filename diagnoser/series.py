@@ -496,9 +496,10 @@ class Series:
                 self._v0_pending += max(total - self._v0_total, 0)
                 self._v0_total = max(total, self._v0_total)
 
-    def access_block(self, first_number: int, block: bytes) -> None:
+    def access_block(self, first_number: int, block: bytes, line_map: list[int] | None = None) -> None:
         """Count access lines and their failed statuses in a raw block, split at its stats lines (an access
-        line has no clock: it belongs to the interval that the next stats line closes)."""
+        line has no clock: it belongs to the interval that the next stats line closes). `line_map`: the
+        physical line of each of the block's lines (a shipper's record may hold several, an OTLP export)."""
         if b" HTTP/" not in block:
             return
         self._http_seen = True
@@ -508,7 +509,7 @@ class Series:
             cuts.append(block.rfind(b"\n", 0, i) + 1)
             nl = block.find(b"\n", i)
             i = block.find(STATS_MARK, nl) if nl != -1 else -1
-        pos, number = 0, first_number
+        pos, index = 0, 0  # the block's lines before `pos`
         for start in [*cuts, None]:
             seg = block[pos:start]
             self._open_http[0] += seg.count(b" HTTP/")
@@ -517,7 +518,8 @@ class Series:
                 self._open_http[1][code] = self._open_http[1].get(code, 0) + 1
             if start is None:
                 break
-            number += seg.count(b"\n")
+            index += seg.count(b"\n")
+            number = first_number + (line_map[index] if line_map is not None and index < len(line_map) else index)
             self._pending_http.append((number + 1, self._open_http[0], self._open_http[1]))
             self._open_http = [0, {}]
             pos = start
@@ -563,7 +565,11 @@ class Series:
         if not self._http_seen:
             return
         requests, codes = 0, {}
-        while self._pending_http and self._pending_http[0][0] <= number:
+        # one interval per stats line: several can share a physical line (an OTLP record holds many lines)
+        own = False
+        while self._pending_http and (self._pending_http[0][0] < number or
+                                      (self._pending_http[0][0] == number and not own)):
+            own = own or self._pending_http[0][0] == number
             _, n, c = self._pending_http.popleft()
             requests += n
             for k, v in c.items():

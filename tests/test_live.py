@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -20,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnoser.live import FollowSource, LiveOptions, Watch
+from diagnoser.live import FollowSource, LiveOptions, PipeSource, Watch
 from diagnoser.rules import builtin_rules
+from diagnoser.tee import FileTee, PipeTee
 
 from .conftest import FIXTURES
 
@@ -68,6 +70,100 @@ def test_tee_output_is_the_input_byte_for_byte(pieces, data):
     assert _tee(chunks) == stream
 
 
+def _tee_pipe(chunks) -> bytes:
+    """The same through a real pipe (the copier thread, PipeTee): None is a pause of the producer."""
+    read_fd, write_fd = os.pipe()
+
+    def produce():
+        with os.fdopen(write_fd, "wb", buffering=0) as w:
+            for chunk in chunks:
+                if chunk is None:
+                    time.sleep(0.003)
+                else:
+                    w.write(chunk)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    with tempfile.TemporaryFile() as out:
+        watch = Watch(builtin_rules(), LiveOptions(tee=True), emit=lambda s: None, tee_fd=out.fileno())
+        watch.run(PipeSource(read_fd))
+        producer.join()
+        os.close(read_fd)
+        assert isinstance(watch.tee, PipeTee)
+        out.seek(0)
+        return out.read()
+
+
+def _tee_file(stream: bytes) -> bytes:
+    """The same from a regular file (FileTee: sendfile, the diagnosis reads the file behind the copy)."""
+    with tempfile.TemporaryFile() as src, tempfile.TemporaryFile() as out:
+        src.write(stream)
+        src.seek(0)
+        watch = Watch(builtin_rules(), LiveOptions(tee=True), emit=lambda s: None, tee_fd=out.fileno())
+        watch.run(PipeSource(src.fileno()))
+        assert isinstance(watch.tee, FileTee)
+        assert watch.stats.bytes == len(stream)  # the diagnosis read every byte, once
+        out.seek(0)
+        return out.read()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.binary(max_size=300), LOG_BITS), max_size=40), st.data())
+def test_tee_through_a_pipe_and_from_a_file_is_the_input_byte_for_byte(pieces, data):
+    stream = b"".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    chunks, prev = [], 0
+    for cut in [*cuts, len(stream)]:
+        if cut > prev:
+            chunks.append(stream[prev:cut])
+        if data.draw(st.booleans()):
+            chunks.append(None)
+        prev = max(prev, cut)
+    assert _tee_pipe(chunks) == stream
+    assert _tee_file(stream) == stream
+
+
+def test_tee_copy_runs_ahead_of_the_diagnosis_and_ends_with_the_input():
+    """A partial line (a progress bar) is on stdout at once, before its newline; the copy's reader sees its
+    end when the input ends (close_tee), with every byte; the diagnosis read them all too."""
+    read_fd, write_fd = os.pipe()
+    out_r, out_w = os.pipe()
+    watch = Watch(builtin_rules(), LiveOptions(tee=True), emit=lambda s: None, tee_fd=out_w, close_tee=True)
+    runner = threading.Thread(target=watch.run, args=(PipeSource(read_fd),))
+    runner.start()
+    bar = b"Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:03<00:03,  1.30s/it]\r"
+    os.write(write_fd, bar)
+    got = b""
+    deadline = time.monotonic() + 20
+    while len(got) < len(bar) and time.monotonic() < deadline:
+        got += os.read(out_r, 65536)
+    assert got == bar  # the producer is still running: no newline, no end, and yet it passed
+    body = (FIXTURES / "kv-cache-too-small-v1-0.16.log").read_bytes()
+    os.write(write_fd, body)
+    os.close(write_fd)
+    while chunk := os.read(out_r, 65536):  # ends: the doctor replaced its copy's descriptor by /dev/null
+        got += chunk
+    runner.join(30)
+    os.close(read_fd)
+    os.close(out_r)
+    os.close(out_w)
+    assert got == bar + body
+    assert watch.stats.bytes == len(bar + body)
+    assert "kv-cache-too-small" in {h.rule.id for h in watch.matcher.hits}
+
+
+def test_tee_of_a_file_argument_and_of_stdin_from_a_file_through_the_cli(tmp_path):
+    raw = (FIXTURES / "weights-oom-v1-0.15.log").read_bytes()
+    path = tmp_path / "server.log"
+    path.write_bytes(raw)
+    proc = subprocess.run([*DOCTOR, "--tee", str(path)], capture_output=True, timeout=60)
+    assert proc.stdout == raw and proc.returncode == 1
+    assert "[weights-oom]" in proc.stderr.decode() and "1 error(s)" in proc.stderr.decode()
+    with path.open("rb") as fin:
+        proc = subprocess.run([*DOCTOR, "--tee", "--until", "failure"], stdin=fin, capture_output=True, timeout=60)
+    assert proc.stdout == raw and proc.returncode == 1  # an early verdict still copies the whole file
+
+
 def test_tee_of_a_fixture_through_the_cli_is_identical():
     raw = (FIXTURES / "kv-cache-too-small-v1-0.16.log").read_bytes()
     proc = subprocess.run([*DOCTOR, "--tee"], input=raw, capture_output=True, timeout=60)
@@ -98,7 +194,7 @@ def producer(tmp_path_factory) -> Path:
 
 def _piped(producer, fixture, doctor_args, stall_after=None, timeout=45):
     """`producer | vllm-doctor ARGS`: returns (exit code, stdout, stderr, seconds until the doctor exited)."""
-    args = [sys.executable, str(producer), str(FIXTURES / fixture)]
+    args = [sys.executable, str(producer), str(FIXTURES / fixture)]  # an absolute path stays as it is
     if stall_after is not None:
         args.append(str(stall_after))
     prod = subprocess.Popen(args, stdout=subprocess.PIPE)
@@ -259,3 +355,95 @@ def test_repeated_findings_are_one_with_a_running_count():
     first = [s for s in said if "[preemption]" in s and "line" in s]
     assert len(first) == 1
     assert any("seen" in s and "times" in s for s in said)
+
+
+# -- an unrecognized failure (only the fallback rule matches) is certain once the process goes down --------
+
+HEAD = "".join((FIXTURES / "healthy-v1-0.10.log").read_text().splitlines(keepends=True)[:14])  # loading
+_E = "(EngineCore_0 pid=3459) ERROR 08-30 10:02:24 [core.py:700] "
+ENGINE_TRACEBACK = [
+    _E + "EngineCore failed to start.", _E + "Traceback (most recent call last):",
+    _E + '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 691, in run_engine_core',
+    _E + "    engine_core = EngineCoreProc(*args, **kwargs)",
+    _E + '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 1990, in load_model',
+    _E + "    self.model = model_loader.load_model(",
+    _E + '  File "/usr/local/lib/python3.12/dist-packages/torch/cuda/memory.py", line 192, in empty_cache',
+    _E + "    torch._C._cuda_emptyCache()",
+    _E + 'RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp"'
+         ":1016, please report a bug to PyTorch."]
+_A = "(APIServer pid=3307) "
+FRONTEND_TRACEBACK = [  # the front end's uncaught wrapper: its traceback starts at the module level
+    _A + "Traceback (most recent call last):", _A + '  File "/usr/local/bin/vllm", line 8, in <module>',
+    _A + "    sys.exit(main())",
+    _A + '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core_client.py", line 484, in '
+         "_wait_for_engine_startup",
+    _A + '    raise RuntimeError("Engine core initialization failed. "',
+    _A + "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"]
+V0_TRACEBACK = [  # one process, uncaught: `python -m vllm.entrypoints.openai.api_server`
+    "Traceback (most recent call last):", '  File "<frozen runpy>", line 198, in _run_module_as_main',
+    '  File "<frozen runpy>", line 88, in _run_code',
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/entrypoints/openai/api_server.py", line 585, in <module>',
+    "    uvloop.run(run_server(args))",
+    '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/model_runner.py", line 1066, in load_model',
+    "    self.model = get_model(vllm_config=self.vllm_config)",
+    'RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":830, '
+    "please report a bug to PyTorch."]
+
+
+def _log(tmp_path, name, lines) -> Path:
+    path = tmp_path / name
+    path.write_text(HEAD + "\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("until", ["failure", "ready"])
+def test_unrecognized_failure_is_certain_when_the_front_end_goes_down(producer, tmp_path, until):
+    """The producer keeps running a minute after the tracebacks: the verdict must not wait for its end."""
+    log = _log(tmp_path, "nvml.log", ENGINE_TRACEBACK + FRONTEND_TRACEBACK)
+    code, out, err, took = _piped(producer, log, ["--until", until, "--format", "jsonl"])
+    assert code == 1, err
+    assert took < 30
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["verdict"] == "failure" and summary["exit_code"] == 1
+    assert summary["findings"][0]["rule"] == "unrecognized-failure"
+    assert summary["findings"][0]["stage"] == "loading"
+    assert summary["findings"][0]["facts"]["exception"] == "RuntimeError"
+
+
+def test_unrecognized_failure_of_one_process_uncaught_through_follow(tmp_path):
+    """A followed file never ends: an uncaught traceback (from the module level) is the end of the process."""
+    path = tmp_path / "vllm.log"
+    doc = subprocess.Popen([*DOCTOR, "--follow", str(path), "--until", "failure", "--timeout", "40"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    start = time.monotonic()
+    try:
+        with path.open("w") as fh:
+            for line in (HEAD + "\n".join(V0_TRACEBACK) + "\n").splitlines(keepends=True):
+                fh.write(line)
+                fh.flush()
+                time.sleep(0.005)
+        out, err = doc.communicate(timeout=40)
+    finally:
+        doc.kill()
+    assert doc.returncode == 1, err.decode()
+    assert time.monotonic() - start < 30  # not the 40 s timeout
+    assert "[unrecognized-failure]" in out.decode() and "NVML_SUCCESS" in out.decode()
+
+
+def test_an_exception_the_process_may_survive_is_not_certain(producer, tmp_path):
+    """A traceback from inside a process, with nothing saying it went down: the doctor keeps waiting."""
+    log = _log(tmp_path, "maybe.log", ENGINE_TRACEBACK[1:])  # no "failed to start", no front-end traceback
+    code, _, err, _ = _piped(producer, log, ["--until", "failure", "--timeout", "5"])
+    assert code == 3, err  # the timeout, not a failure verdict
+
+
+def test_run_exits_when_the_command_exits_though_a_worker_holds_the_pipe(tmp_path):
+    """`run`: the command is gone (a worker it left behind keeps the pipe open): no more output, no wait."""
+    log = _log(tmp_path, "nvml.log", ENGINE_TRACEBACK)
+    script = f"cat {log}; sleep 60 & exit 1"
+    start = time.monotonic()
+    proc = subprocess.run([*DOCTOR, "run", "--until", "ready", "--", "sh", "-c", script], capture_output=True,
+                          timeout=45)
+    assert proc.returncode == 1, proc.stderr.decode()
+    assert time.monotonic() - start < 30
+    assert "[unrecognized-failure]" in proc.stdout.decode()

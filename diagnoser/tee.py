@@ -1,0 +1,243 @@
+"""--tee: pass the input to stdout byte for byte, as fast as it comes, while the diagnosis reads it.
+
+The copy runs in a thread that spends its time in system calls (which release the GIL), so the diagnosis
+in the main thread never slows it down: a regular file is copied by sendfile() and read again by the
+diagnosis (pread, behind the copy); a pipe is copied chunk by chunk as read, and the chunks are queued for
+the diagnosis, at most MAX_BEHIND bytes (then the copy waits: memory stays bounded, nothing is lost).
+The diagnosis never reads a byte before it has been copied.
+
+Light to import (the standard library only): the CLI starts the copy before the rules load, so the first
+bytes pass at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import stat
+import sys
+import threading
+import time
+from collections import deque
+
+BLOCK = 1 << 20        #: bytes read at a time (the reader's BLOCK; not imported: its regexes compile on import)
+POLL = 0.1             #: seconds the copier waits for input before it looks whether it should stop
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` (a non-blocking descriptor waits until writable; a closed reader is ignored)."""
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+            continue
+        except BrokenPipeError:
+            return  # whoever read our stdout went away: the diagnosis goes on
+        view = view[n:]
+
+
+MAX_BEHIND = 8 << 20   #: bytes a pipe's copy may run ahead of the diagnosis (then it waits: bounded memory)
+SEND_CHUNK = 4 << 20   #: bytes one sendfile() call copies from a regular file
+STALL = 0.05           #: a file's copy that made no progress this long waits for its reader: diagnose meanwhile
+HEAD_START = 2.0       #: seconds a file's copy runs alone at most (then the diagnosis reads beside it)
+
+
+class Tee:
+    """Copies an input descriptor to `out` in a thread, as fast as the input and `out` allow, while the
+    diagnosis reads the same bytes at its own pace through `read()` (the source interface), never ahead of
+    the copy. The thread spends its time in system calls, which release the GIL, so the diagnosis running in
+    the main thread does not slow it down.
+
+    With `close_out`, `out` is replaced by /dev/null once the input has been copied: whoever reads our
+    stdout sees its end then, while the diagnosis finishes (its report goes to stderr).
+    """
+
+    def __init__(self, fd: int, out: int, close_out: bool = False) -> None:
+        self.fd, self.out, self.close_out = fd, out, close_out
+        self.cond = threading.Condition()
+        self.done = False        #: the input has been copied to its end
+        self.stopped = False     #: stop copying (an early verdict: a drainer takes over)
+        self.error: BaseException | None = None
+        self.owns_fd = False     #: close `fd` when done (a file the tee opened)
+        self.thread = threading.Thread(target=self._run, name="vllm-doctor-tee", daemon=True)
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, 0.0005))  # the copier gets the GIL back soon after each call
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._copy()
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading side, never lost in the thread
+            self.error = exc
+        with self.cond:
+            self.done = True
+            self.cond.notify_all()
+        if self.close_out and not self.stopped:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self.out)
+                os.close(null)
+
+    def _copy(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop copying and wait for the thread: what it read is copied; the rest is left in the input."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        self.thread.join()
+        sys.setswitchinterval(self._switch)
+
+    def finish(self) -> None:
+        """Wait until the whole input has been copied."""
+        self.thread.join()
+        sys.setswitchinterval(self._switch)
+
+    def close(self) -> None:
+        if self.owns_fd:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.owns_fd = False
+
+
+class PipeTee(Tee):
+    """A pipe, a terminal, a socket, a child's output: each chunk is written the moment it is read, then
+    queued for the diagnosis. The queue holds at most MAX_BEHIND bytes; past that the copy waits for the
+    diagnosis (back-pressure: memory stays bounded and nothing is lost)."""
+
+    def __init__(self, fd: int, out: int, close_out: bool = False) -> None:
+        self.chunks: deque[bytes] = deque()
+        self.queued = 0
+        super().__init__(fd, out, close_out)
+
+    def _copy(self) -> None:
+        while not self.stopped:
+            try:
+                ready, _, _ = select.select([self.fd], [], [], POLL)
+            except (OSError, ValueError):
+                ready = [self.fd]
+            if not ready:
+                continue
+            try:
+                data = os.read(self.fd, BLOCK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                write_all(self.out, data)
+            with self.cond:
+                while self.queued >= MAX_BEHIND and not self.stopped:
+                    self.cond.wait(POLL)
+                self.chunks.append(data)
+                self.queued += len(data)
+                self.cond.notify_all()
+            if not data:
+                return
+
+    def read(self, timeout: float) -> bytes | None:
+        with self.cond:
+            if not self.chunks and not self.done:
+                self.cond.wait(timeout)
+            if not self.chunks:
+                if self.error is not None:
+                    raise self.error
+                return b"" if self.done else None
+            data = self.chunks[0]
+            if data:  # the end (b"") stays: every later read sees it too
+                self.chunks.popleft()
+                self.queued -= len(data)
+                self.cond.notify_all()
+            return data
+
+
+class FileTee(Tee):
+    """A regular file (`vllm-doctor --tee < server.log`): sendfile() copies it in the kernel, and the
+    diagnosis reads the file itself (pread, behind the copy), so nothing is held in memory.
+
+    The whole file is there at once, so while the copy moves the diagnosis waits for it (on two busy cores
+    they would slow each other down), for HEAD_START seconds at most: the reader of the copy gets a file of
+    a gigabyte or two at `cat`'s pace, and the findings come after it. A copy that stalls (a slow reader,
+    `| less`) lets the diagnosis go on meanwhile.
+    """
+
+    def __init__(self, fd: int, out: int, close_out: bool = False) -> None:
+        self.pos = self.copied = os.lseek(fd, 0, os.SEEK_CUR)
+        self.progress_at = time.monotonic()
+        self.alone_until = self.progress_at + HEAD_START
+        super().__init__(fd, out, close_out)
+
+    def _copy(self) -> None:
+        off = self.copied
+        send = True
+        while not self.stopped:
+            n = 0
+            if send:
+                try:
+                    n = os.sendfile(self.out, self.fd, off, SEND_CHUNK)
+                except BlockingIOError:
+                    select.select([], [self.out], [], 1.0)
+                    continue
+                except BrokenPipeError:
+                    n = os.fstat(self.fd).st_size - off  # nobody reads the copy: the diagnosis goes on
+                    if n <= 0:
+                        return
+                except OSError:
+                    send = False  # an O_APPEND file, an old kernel: read and write
+                    continue
+            else:
+                data = os.pread(self.fd, BLOCK, off)
+                write_all(self.out, data)
+                n = len(data)
+            if n <= 0:
+                return
+            off += n
+            with self.cond:
+                self.copied = off
+                self.progress_at = time.monotonic()
+                self.cond.notify_all()
+
+    def read(self, timeout: float) -> bytes | None:
+        with self.cond:
+            if self.pos >= self.copied and not self.done:
+                self.cond.wait(timeout)
+                if self.pos >= self.copied and not self.done:
+                    return None
+            while not self.done and time.monotonic() < self.alone_until and \
+                    time.monotonic() - self.progress_at < STALL:
+                self.cond.wait(STALL)  # the copy is moving: it goes first
+            if self.pos >= self.copied:
+                if self.error is not None:
+                    raise self.error
+                return b"" if self.done else None
+            size = min(BLOCK, self.copied - self.pos)
+        data = os.pread(self.fd, size, self.pos)
+        self.pos += len(data)
+        return data
+
+
+def tee_source(fd: int, out: int, close_out: bool = False) -> Tee:
+    """The copier for an input descriptor: FileTee for a regular file, else PipeTee."""
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    return FileTee(fd, out, close_out) if regular else PipeTee(fd, out, close_out)
+
+
+def start(path: str, out: int) -> Tee | None:
+    """Start copying stdin (`-`) or a file to `out` now, closing `out` at the end of the input; None when
+    the file cannot be opened (the caller reports that)."""
+    if path == "-":
+        return tee_source(sys.stdin.fileno(), out, close_out=True)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    tee = tee_source(fd, out, close_out=True)
+    tee.owns_fd = True
+    return tee
