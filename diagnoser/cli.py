@@ -97,29 +97,32 @@ def _format_choices() -> list[str]:
 def _open_inputs(files: tuple[str, ...], errors: list[str] | None = None) -> list[tuple[str, BinaryIO]]:
     """Files or stdin; an unreadable path is a usage error naming it (collected in `errors` when given)."""
     if not files:
-        stdin = click.get_binary_stream("stdin")
         if sys.stdin is not None and sys.stdin.isatty():
             click.echo("Paste the vLLM log, then press Ctrl-D (Ctrl-Z Enter on Windows) to diagnose it.",
                        err=True)
-        return [("-", stdin)]
+        files = ("-",)
+    from .sources import decompressed, open_log
+
     out = []
     for name in files:
-        if name == "-":
-            out.append(("-", click.get_binary_stream("stdin")))
-            continue
-        path = Path(name)
         try:
-            if path.is_dir():
-                raise click.UsageError(f"{name}: is a directory; pass the log file inside it")
-            try:
-                out.append((name, path.open("rb")))
-            except OSError as exc:
-                raise click.UsageError(f"{name}: cannot read ({exc.strerror or exc}); check the path") from None
-        except click.UsageError as exc:
+            # compressed logs (gzip, bzip2, xz, zstd) are read transparently, as `scan` and the library read them
+            out.append((name, decompressed(click.get_binary_stream("stdin"), "-") if name == "-" else open_log(name)))
+        except DoctorError as exc:
             if errors is None:
-                raise
-            errors.append(exc.format_message())
+                raise click.UsageError(str(exc)) from None
+            errors.append(str(exc))
     return out
+
+
+def _refuse_compressed(name: str, option: str) -> None:
+    """Live modes read a file as it is written: a compressed one cannot be, so it is a usage error."""
+    from .sources import file_compression
+
+    kind = file_compression(name)
+    if kind:
+        raise click.UsageError(f"{name}: is {kind}-compressed, which {option} cannot read as it grows; diagnose it "
+                               f"without {option} (`vllm-doctor {name}`)")
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -268,6 +271,10 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
 
         if len(files) > 1 or (files and (follow or command)):
             raise click.UsageError("live modes read one input: a FILE, --follow FILE, stdin or `run -- CMD`")
+        if follow:
+            _refuse_compressed(follow, "--follow")
+        elif files and files[0] != "-":
+            _refuse_compressed(files[0], "--tee/--until/--timeout")
         opts = LiveOptions(until=until, timeout=timeout, tee=tee, fmt="jsonl" if fmt == "jsonl" else "text",
                            update_every=update_every, fail_on=fail_on)
         out_opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
@@ -287,8 +294,13 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     for name, stream in _open_inputs(files, errors):
         try:
             reports.append(diagnose(stream, name, rules, redact=not no_redact, on_hit=_announcer() if live else None))
-        except OSError as exc:
-            errors.append(f"{name}: cannot read ({exc.strerror or exc}); check the file")
+        except Exception as exc:  # a read error mid-file, a corrupt or truncated archive
+            from .sources import read_error
+
+            error = read_error(name, exc)
+            if error is None:
+                raise
+            errors.append(f"{error}; check the file")
         finally:
             if name != "-":
                 stream.close()
@@ -472,6 +484,13 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
     for name, stream in _open_inputs(logs):
         try:
             reports.append(diagnose(stream, name, builtin_rules(), redact=not no_redact))
+        except Exception as exc:  # a corrupt or truncated archive: one line naming the file
+            from .sources import read_error
+
+            error = read_error(name, exc)
+            if error is None:
+                raise
+            raise click.UsageError(str(error)) from None
         finally:
             if name != "-":
                 stream.close()
