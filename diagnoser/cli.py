@@ -444,8 +444,8 @@ def explain_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
 
 @main.command("compare")
 @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=True, allow_dash=True))
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
-              show_default=True)
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text",
+              show_default=True, help="html: one self-contained page, the budgets as bars side by side.")
 @click.option("--max-kv-loss", type=click.FloatRange(0, 1), default=0.2, show_default=True,
               help="Exit 1 when the last log lost more than this fraction of the first log's KV tokens.")
 @click.option("--gpu", "gpu_name", help="GPU preset, for logs that do not print the GPU total (V1 0.8-0.25).")
@@ -458,6 +458,7 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
     \b
       vllm-doctor compare vllm-0.7.3.log vllm-0.8.2.log
       vllm-doctor compare --format markdown old.log new.log    for an issue or a chat prompt
+      vllm-doctor compare --format html -o upgrade.html old.log new.log
       vllm-doctor compare --max-kv-loss 0.1 old.log new.log    the upgrade gate in CI
 
     For each log: the start-up budget vLLM measured (figures it did not print are derived or estimated for

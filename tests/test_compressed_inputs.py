@@ -7,10 +7,9 @@ import bz2
 import gzip
 import json
 import lzma
+import subprocess
 import sys
 from pathlib import Path
-
-import subprocess
 
 import pytest
 from click.testing import CliRunner
