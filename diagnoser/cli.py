@@ -414,9 +414,18 @@ def _test_rules(rules: list[Rule], test_paths: tuple[str, ...]) -> int:
 @click.argument("rule_id")
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
 def explain_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
-    """Print a rule's page: what it means, why it happens, how the fix is computed."""
+    """Print a rule's page: what it means, why it happens, how the fix is computed (or `compare`'s, `scan`'s,
+    `plan`'s)."""
     rules = {r.id: r for r in _rules_with(rule_paths)}
     rule = rules.get(rule_id)
+    command = click.get_current_context().find_root().command
+    if rule is None and rule_id in ("compare", "scan", "plan") and isinstance(command, click.Group):
+        # a command's page: its help (what it reads, prints, and its exit codes)
+        sub = command.get_command(click.get_current_context(), rule_id)
+        if sub is not None:
+            with click.Context(sub, info_name=f"vllm-doctor {rule_id}") as ctx:
+                click.echo(sub.get_help(ctx))
+            return
     if rule is None:
         from rapidfuzz import process
 

@@ -256,3 +256,10 @@ def test_unknown_gpu_is_a_usage_error() -> None:
     before, after = _paths(PAIRS[2])
     run = doctor("compare", "--gpu", "Voodoo5", before, after)
     assert run.returncode == 2 and "Voodoo5" in run.stderr.decode()
+
+
+def test_explain_compare_is_the_commands_page() -> None:
+    run = doctor("explain", "compare")
+    out = run.stdout.decode()
+    assert run.returncode == 0 and out.startswith("Usage: vllm-doctor compare [OPTIONS] LOGS...")
+    assert "Exit 1 when the last log failed to start" in out and "--format [text|json|markdown|html]" in out
