@@ -106,8 +106,11 @@ def _open_inputs(files: tuple[str, ...], errors: list[str] | None = None) -> lis
     out = []
     for name in files:
         try:
-            # compressed logs (gzip, bzip2, xz, zstd) are read transparently, as `scan` and the library read them
-            out.append((name, decompressed(click.get_binary_stream("stdin"), "-") if name == "-" else open_log(name)))
+            # compressed logs (gzip, bzip2, xz, zstd) are read transparently, as `scan` and the library read them;
+            # stdin only when it can be peeked at (a real one can), never wrapped in a reader that would close it
+            stdin = click.get_binary_stream("stdin") if name == "-" else None
+            out.append((name, open_log(name) if stdin is None else
+                        decompressed(stdin, "-") if hasattr(stdin, "peek") else stdin))
         except DoctorError as exc:
             if errors is None:
                 raise click.UsageError(str(exc)) from None

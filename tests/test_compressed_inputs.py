@@ -65,8 +65,12 @@ def test_check_and_stdin_read_compressed_logs(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(LOG.read_bytes()))
     code, out, err = run("check", str(path))
     assert code == 1 and "kv-cache-too-small" in out and "no vLLM log" not in err
-    same(as_json(stdin=path.read_bytes()), as_json(str(LOG)))
-    same(as_json("-", stdin=bz2.compress(LOG.read_bytes())), as_json(str(LOG)))
+    plain = as_json(str(LOG))
+    for args, data in (((), path.read_bytes()), (("-",), bz2.compress(LOG.read_bytes()))):
+        done = subprocess.run([sys.executable, "-m", "diagnoser", "--format", "json", *args], input=data,
+                              capture_output=True, timeout=120)
+        assert done.returncode == 1, done.stderr
+        same(json.loads(done.stdout), plain)
 
 
 def test_compare_reads_compressed_logs(tmp_path: Path) -> None:

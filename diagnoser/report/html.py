@@ -77,8 +77,12 @@ BUDGET = (("weights_gib", "weights", "--c1"), ("activation_peak_gib", "activatio
           ("available_kv_cache_gib", "KV cache", "--c2"))
 
 
-def _e(value: Any) -> str:
+def esc(value: Any) -> str:
+    """Any value as HTML text (quotes too, so it is safe inside an attribute)."""
     return escape(str(value), quote=True)
+
+
+_e = esc
 
 
 def _nice_max(v: float) -> float:

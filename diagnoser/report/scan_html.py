@@ -27,7 +27,7 @@ def _counts(title: str, head: str, counter: Counter[str], total: int) -> str:
     if len(counter) > SHOWN:
         rows.append([f"... {len(counter) - SHOWN} more", "", ""])
     meters = [n / max(total, 1) for _, n in top] + ([0.0] if len(counter) > SHOWN else [])
-    return (f'<h2>{h._e(title)}</h2><div class="card wrap">'
+    return (f'<h2>{h.esc(title)}</h2><div class="card wrap">'
             f'{h.grid([head, "logs", "share"], rows, cls=f"counts by-{head.lower()}", meters=meters)}</div>')
 
 
@@ -42,7 +42,7 @@ def _rules(s: FleetSummary) -> str:
 def _bad(path: str, message: str) -> str:
     """A file the scan could not read: its path, then what went wrong (the message names the path once)."""
     rest = message[len(path):].lstrip(": ") if message.startswith(path) else message
-    return f"<li><code>{h._e(path)}</code>: {h._e(rest)}</li>"
+    return f"<li><code>{h.esc(path)}</code>: {h.esc(rest)}</li>"
 
 
 def html(s: FleetSummary) -> str:
@@ -52,7 +52,7 @@ def html(s: FleetSummary) -> str:
     sev = "error" if st["error"] else "warning" if st["warning"] or st["unreadable"] else "info"
     bar = h.stacked_bar(parts, float(s.logs), "outcomes", f"{s.logs:,} logs by outcome", unit="logs", digits=0)
     out = [f"<h1>vllm-doctor scan: {s.logs:,} log(s)</h1>",
-           f'<section class="card verdict {sev}" id="verdict"><h2 style="border:0;margin:.2em 0">{h._e(words)}</h2>'
+           f'<section class="card verdict {sev}" id="verdict"><h2 style="border:0;margin:.2em 0">{h.esc(words)}</h2>'
            f"{bar}</section>"]
     if s.rules:
         out.append(_rules(s))

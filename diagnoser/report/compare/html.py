@@ -48,21 +48,21 @@ def _fixes(fixes: list[cmp.Fix]) -> str:
     items = []
     for f in fixes:
         flag, gives, reason = fix_parts(f)
-        items.append(f'<li><code>{h._e(flag)}</code>: <b class="returns">{h._e(gives)}</b>. '
-                     f'{h._e(capital(reason))}.</li>')
+        items.append(f'<li><code>{h.esc(flag)}</code>: <b class="returns">{h.esc(gives)}</b>. '
+                     f'{h.esc(capital(reason))}.</li>')
     return "<ul class=\"fixes\">" + "".join(items) + "</ul>"
 
 
 def _pair(p: cmp.Pair, n: int, multi: bool) -> str:
-    out = [f"<h2>{h._e(p.before.input)} → {h._e(p.after.input)}</h2>" if multi else "<h2>What moved</h2>",
-           f'<div class="card"><p class="summary">{h._e(p.summary)}</p>']
+    out = [f"<h2>{h.esc(p.before.input)} → {h.esc(p.after.input)}</h2>" if multi else "<h2>What moved</h2>",
+           f'<div class="card"><p class="summary">{h.esc(p.summary)}</p>']
     changed = [c for c in p.changes if c.why]
     if changed:
         out.append("<h3>Settings that changed</h3><ul>" + "".join(
-            f"<li><code>{h._e(c.name)}</code>: {h._e(plain(c.before))} → {h._e(plain(c.after))} ({h._e(c.why)})</li>"
-            for c in changed) + "</ul>")
+            f"<li><code>{h.esc(c.name)}</code>: {h.esc(plain(c.before))} → {h.esc(plain(c.after))} "
+            f"({h.esc(c.why)})</li>" for c in changed) + "</ul>")
     if p.fixes:
-        out.append(f"<h3>Fix, computed for vLLM {h._e('.'.join(map(str, p.after.version)))}</h3>{_fixes(p.fixes)}")
+        out.append(f"<h3>Fix, computed for vLLM {h.esc('.'.join(map(str, p.after.version)))}</h3>{_fixes(p.fixes)}")
     if p.alternatives:
         out.append(f"<h3>Other ways, with their cost</h3>{_fixes(p.alternatives)}")
     if p.command:
@@ -87,10 +87,10 @@ def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     full = _scale(comp)
     bars = "".join(f'<div class="bar">{_bar(s, i, head, full)}</div>'
                    for i, (s, head) in enumerate(zip(comp.starts, heads, strict=True)))
-    body = [f"<h1>vllm-doctor compare: {h._e(short)}</h1>", f'<p class="muted">{h._e(names)}</p>',
+    body = [f"<h1>vllm-doctor compare: {h.esc(short)}</h1>", f'<p class="muted">{h.esc(names)}</p>',
             f'<section class="card verdict {sev}" id="verdict">{h.sev_badge("fail" if last.gate_failed else "pass")}'
-            f'<h2 style="border:0;margin:.2em 0" class="gate">{h._e(gate)}</h2>'
-            f'<p class="summary">{h._e(last.summary)}</p>{cmd}</section>',
+            f'<h2 style="border:0;margin:.2em 0" class="gate">{h.esc(gate)}</h2>'
+            f'<p class="summary">{h.esc(last.summary)}</p>{cmd}</section>',
             f'<h2>Start-up memory, on one scale ({full:.1f} GiB)</h2><div class="card bars">{bars}</div>',
             f'<h2>Start-up budget, per GPU</h2><div class="card wrap">'
             f'{_table("figure", budget_rows(comp), heads, nd, "changes")}</div>',
