@@ -85,13 +85,15 @@ def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     sev = "error" if last.gate_failed else "info"
     cmd = h.copy_block("verdict-cmd", last.command) if last.command else ""
     full = _scale(comp)
-    bars = "".join(f'<div class="bar">{_bar(s, i, head, full)}</div>'
-                   for i, (s, head) in enumerate(zip(comp.starts, heads, strict=True)))
+    drawn = [_bar(s, i, head, full) for i, (s, head) in enumerate(zip(comp.starts, heads, strict=True))]
+    bars = "".join(f'<div class="bar">{bar or h.esc(head + ": no start-up figures in this log")}</div>'
+                   for bar, head in zip(drawn, heads, strict=True))
     body = [f"<h1>vllm-doctor compare: {h.esc(short)}</h1>", f'<p class="muted">{h.esc(names)}</p>',
             f'<section class="card verdict {sev}" id="verdict">{h.sev_badge("fail" if last.gate_failed else "pass")}'
             f'<h2 style="border:0;margin:.2em 0" class="gate">{h.esc(gate)}</h2>'
             f'<p class="summary">{h.esc(last.summary)}</p>{cmd}</section>',
-            f'<h2>Start-up memory, on one scale ({full:.1f} GiB)</h2><div class="card bars">{bars}</div>',
+            f'<h2>Start-up memory, on one scale ({full:.1f} GiB)</h2><div class="card bars">{bars}</div>'
+            if any(drawn) else "",
             f'<h2>Start-up budget, per GPU</h2><div class="card wrap">'
             f'{_table("figure", budget_rows(comp), heads, nd, "changes")}</div>',
             f'<h2>Effective settings</h2><div class="card wrap">'
