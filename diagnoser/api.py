@@ -97,16 +97,17 @@ def diagnose(source: Source, *, rules: Rules = None, redact: bool = True, name: 
 
 
 def _run(stream: Any, name: str, ruleset: tuple[Rule, ...], redact: bool) -> Report:
-    from . import engine
+    from . import engine, sources
 
     try:
         return engine.diagnose(stream, name, ruleset, redact=redact)
     except DoctorError:
         raise
-    except OSError as exc:  # a corrupt archive or a read error mid-file
-        raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
-    except EOFError as exc:  # a truncated compressed file
-        raise InputError(f"{name}: cannot read (truncated: {exc})") from None
+    except Exception as exc:  # a corrupt or truncated archive, or a read error mid-file
+        error = sources.read_error(name, exc)
+        if error is None:
+            raise
+        raise error from None
 
 
 @dataclass

@@ -97,29 +97,35 @@ def _format_choices() -> list[str]:
 def _open_inputs(files: tuple[str, ...], errors: list[str] | None = None) -> list[tuple[str, BinaryIO]]:
     """Files or stdin; an unreadable path is a usage error naming it (collected in `errors` when given)."""
     if not files:
-        stdin = click.get_binary_stream("stdin")
         if sys.stdin is not None and sys.stdin.isatty():
             click.echo("Paste the vLLM log, then press Ctrl-D (Ctrl-Z Enter on Windows) to diagnose it.",
                        err=True)
-        return [("-", stdin)]
+        files = ("-",)
+    from .sources import decompressed, open_log
+
     out = []
     for name in files:
-        if name == "-":
-            out.append(("-", click.get_binary_stream("stdin")))
-            continue
-        path = Path(name)
         try:
-            if path.is_dir():
-                raise click.UsageError(f"{name}: is a directory; pass the log file inside it")
-            try:
-                out.append((name, path.open("rb")))
-            except OSError as exc:
-                raise click.UsageError(f"{name}: cannot read ({exc.strerror or exc}); check the path") from None
-        except click.UsageError as exc:
+            # compressed logs (gzip, bzip2, xz, zstd) are read transparently, as `scan` and the library read them;
+            # stdin only when it can be peeked at (a real one can), never wrapped in a reader that would close it
+            stdin = click.get_binary_stream("stdin") if name == "-" else None
+            out.append((name, open_log(name) if stdin is None else
+                        decompressed(stdin, "-") if hasattr(stdin, "peek") else stdin))
+        except DoctorError as exc:
             if errors is None:
-                raise
-            errors.append(exc.format_message())
+                raise click.UsageError(str(exc)) from None
+            errors.append(str(exc))
     return out
+
+
+def _refuse_compressed(name: str, option: str) -> None:
+    """Live modes read a file as it is written: a compressed one cannot be, so it is a usage error."""
+    from .sources import file_compression
+
+    kind = file_compression(name)
+    if kind:
+        raise click.UsageError(f"{name}: is {kind}-compressed, which {option} cannot read as it grows; diagnose it "
+                               f"without {option} (`vllm-doctor {name}`)")
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -273,6 +279,10 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
 
         if len(files) > 1 or (files and (follow or command)):
             raise click.UsageError("live modes read one input: a FILE, --follow FILE, stdin or `run -- CMD`")
+        if follow:
+            _refuse_compressed(follow, "--follow")
+        elif files and files[0] != "-":
+            _refuse_compressed(files[0], "--tee/--until/--timeout")
         opts = LiveOptions(until=until, timeout=timeout, tee=tee, fmt="jsonl" if fmt == "jsonl" else "text",
                            update_every=update_every, fail_on=fail_on)
         out_opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
@@ -292,8 +302,13 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     for name, stream in _open_inputs(files, errors):
         try:
             reports.append(diagnose(stream, name, rules, redact=not no_redact, on_hit=_announcer() if live else None))
-        except OSError as exc:
-            errors.append(f"{name}: cannot read ({exc.strerror or exc}); check the file")
+        except Exception as exc:  # a read error mid-file, a corrupt or truncated archive
+            from .sources import read_error
+
+            error = read_error(name, exc)
+            if error is None:
+                raise
+            errors.append(f"{error}; check the file")
         finally:
             if name != "-":
                 stream.close()
@@ -407,9 +422,18 @@ def _test_rules(rules: list[Rule], test_paths: tuple[str, ...]) -> int:
 @click.argument("rule_id")
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
 def explain_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
-    """Print a rule's page: what it means, why it happens, how the fix is computed."""
+    """Print a rule's page: what it means, why it happens, how the fix is computed (or `compare`'s, `scan`'s,
+    `plan`'s)."""
     rules = {r.id: r for r in _rules_with(rule_paths)}
     rule = rules.get(rule_id)
+    command = click.get_current_context().find_root().command
+    if rule is None and rule_id in ("compare", "scan", "plan") and isinstance(command, click.Group):
+        # a command's page: its help (what it reads, prints, and its exit codes)
+        sub = command.get_command(click.get_current_context(), rule_id)
+        if sub is not None:
+            with click.Context(sub, info_name=f"vllm-doctor {rule_id}") as ctx:
+                click.echo(sub.get_help(ctx))
+            return
     if rule is None:
         from rapidfuzz import process
 
@@ -437,8 +461,8 @@ def explain_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
 
 @main.command("compare")
 @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=True, allow_dash=True))
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
-              show_default=True)
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text",
+              show_default=True, help="html: one self-contained page, the budgets as bars side by side.")
 @click.option("--max-kv-loss", type=click.FloatRange(0, 1), default=0.2, show_default=True,
               help="Exit 1 when the last log lost more than this fraction of the first log's KV tokens.")
 @click.option("--gpu", "gpu_name", help="GPU preset, for logs that do not print the GPU total (V1 0.8-0.25).")
@@ -451,6 +475,7 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
     \b
       vllm-doctor compare vllm-0.7.3.log vllm-0.8.2.log
       vllm-doctor compare --format markdown old.log new.log    for an issue or a chat prompt
+      vllm-doctor compare --format html -o upgrade.html old.log new.log
       vllm-doctor compare --max-kv-loss 0.1 old.log new.log    the upgrade gate in CI
 
     For each log: the start-up budget vLLM measured (figures it did not print are derived or estimated for
@@ -477,6 +502,13 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
     for name, stream in _open_inputs(logs):
         try:
             reports.append(diagnose(stream, name, builtin_rules(), redact=not no_redact))
+        except Exception as exc:  # a corrupt or truncated archive: one line naming the file
+            from .sources import read_error
+
+            error = read_error(name, exc)
+            if error is None:
+                raise
+            raise click.UsageError(str(error)) from None
         finally:
             if name != "-":
                 stream.close()

@@ -21,6 +21,8 @@ XZ = b"\xfd7zXZ\x00"
 ZSTD = b"\x28\xb5\x2f\xfd"
 #: file-name endings that mark a compressed log (for listing folders)
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zstd")
+#: top-level modules of the decompressors' own exception types (zlib.error, lzma.LZMAError, zstandard.ZstdError)
+CODEC_MODULES = ("zlib", "_lzma", "zstd", "zstandard")
 
 
 def compression_of(head: bytes) -> str | None:
@@ -38,6 +40,23 @@ def compression_of(head: bytes) -> str | None:
     if head.startswith(ZSTD):
         return "zstd"
     return None
+
+
+def file_compression(path: str) -> str | None:
+    """The compression of a file from its first bytes, else from its name (a file that does not exist yet).
+
+    >>> file_compression("/nonexistent/server.log.zst"), file_compression("/nonexistent/server.log")
+    ('zstd', None)
+    """
+    try:
+        with open(path, "rb") as fh:
+            kind = compression_of(fh.read(8))
+            if kind or fh.tell():
+                return kind
+    except OSError:
+        pass
+    suffix = os.path.splitext(path)[1].lower()
+    return {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zstd": "zstd"}.get(suffix)
 
 
 def _zstd_reader(raw: BinaryIO, name: str) -> BinaryIO:
@@ -90,9 +109,11 @@ class _ZstdFrames(io.RawIOBase):
 
 
 def decompressed(raw: BinaryIO, name: str) -> BinaryIO:
-    """`raw` as a stream of its decompressed bytes (itself when it is not compressed). Needs a peekable stream."""
-    peek = getattr(raw, "peek", None)
-    head = peek(8)[:8] if peek is not None else b""
+    """`raw` as a stream of its decompressed bytes (itself when it is not compressed, buffered when it cannot
+    peek: the first bytes are looked at without being consumed)."""
+    if not hasattr(raw, "peek"):
+        raw = io.BufferedReader(raw)  # type: ignore[arg-type,type-var]
+    head = raw.peek(8)[:8]  # type: ignore[attr-defined]
     kind = compression_of(head)
     if kind == "gzip":
         import gzip
@@ -109,6 +130,25 @@ def decompressed(raw: BinaryIO, name: str) -> BinaryIO:
     if kind == "zstd":
         return _zstd_reader(raw, name)
     return raw
+
+
+def is_codec_error(exc: BaseException) -> bool:
+    """A decompressor's complaint about its input: corrupt or truncated data, not a bug of the doctor."""
+    return isinstance(exc, EOFError) or type(exc).__module__.split(".")[0] in CODEC_MODULES
+
+
+def read_error(name: str, exc: BaseException) -> InputError | None:
+    """A failure while reading a (compressed) log as the one-line error a user sees; None for any other error.
+
+    >>> str(read_error("a.log.gz", EOFError("Compressed file ended before the end-of-stream marker")))
+    'a.log.gz: cannot read (truncated: Compressed file ended before the end-of-stream marker)'
+    """
+    if isinstance(exc, EOFError):
+        return InputError(f"{name}: cannot read (truncated: {exc})")
+    if isinstance(exc, OSError) or is_codec_error(exc):
+        detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return InputError(f"{name}: cannot read ({detail})")
+    return None
 
 
 def open_log(path: str | os.PathLike[str]) -> BinaryIO:

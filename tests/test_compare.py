@@ -171,6 +171,10 @@ def test_junk_is_no_crash(tmp_path) -> None:
     before, _ = _paths(PAIRS[0])
     run = doctor("compare", before, str(tmp_path / "junk.log"))
     assert run.returncode in (0, 1) and b"internal error" not in run.stderr
+    run = doctor("compare", "--format", "html", str(tmp_path / "junk.log"), str(tmp_path / "junk.log"))
+    page = run.stdout.decode()
+    assert run.returncode == 0 and b"internal error" not in run.stderr and page.startswith("<!doctype html>")
+    assert "<svg" not in page and "Start-up memory" not in page  # no figures: no empty bars
 
 
 def test_fix_gives_max_model_len_when_the_new_release_needs_more() -> None:
@@ -256,3 +260,10 @@ def test_unknown_gpu_is_a_usage_error() -> None:
     before, after = _paths(PAIRS[2])
     run = doctor("compare", "--gpu", "Voodoo5", before, after)
     assert run.returncode == 2 and "Voodoo5" in run.stderr.decode()
+
+
+def test_explain_compare_is_the_commands_page() -> None:
+    run = doctor("explain", "compare")
+    out = run.stdout.decode()
+    assert run.returncode == 0 and out.startswith("Usage: vllm-doctor compare [OPTIONS] LOGS...")
+    assert "Exit 1 when the last log failed to start" in out and "--format [text|json|markdown|html]" in out

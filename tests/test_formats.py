@@ -140,7 +140,7 @@ def test_golden_two_inputs(fmt):
 
 def test_every_golden_file_is_used():
     expected = {f"{log}.{EXT[fmt]}" for log in (*GOLDEN_LOGS, *PINNED_LOGS) for fmt in MY_FORMATS}
-    expected.add(HTML_GOLDEN)
+    expected |= {HTML_GOLDEN, COMPARE_GOLDEN, SCAN_GOLDEN}
     expected |= {f"two-inputs.{EXT[fmt]}" for fmt in MY_FORMATS}
     expected |= {f"fixture-{log}.{EXT[fmt]}" for log in FIXTURE_LOGS for fmt in MY_FORMATS}
     present = {p.name for p in GOLDEN.iterdir() if p.is_file() and not p.name.startswith(".")}
@@ -594,3 +594,67 @@ def test_golden_html():
     assert not re.search(r'(?:src|href)\s*=\s*"(?:https?:)?//', page)  # no fetched script, font or style
     assert "@import" not in page and page.count("<svg") >= 4
     check_golden(HTML_GOLDEN, page)
+
+
+COMPARE_PAIR = ("upgrade-0.7.3-to-0.8.2-fails", "before-0.7.3.log", "after-0.8.2.log")
+COMPARE_GOLDEN = "compare-upgrade-0.7.3-to-0.8.2.html"
+SCAN_GOLDEN = "scan-fleet.html"
+
+
+def compare_html() -> str:
+    from diagnoser.compare import compare_reports
+    from diagnoser.report.compare import renderer as compare_renderer
+
+    folder = ROOT / "fixtures" / "compare" / COMPARE_PAIR[0]
+    reports = [run_report(folder / name) for name in COMPARE_PAIR[1:]]
+    return compare_renderer("html")(compare_reports(reports), {})
+
+
+def test_golden_compare_html():
+    """compare --format html: the serving report's page with both budgets as bars, the changes and the fix."""
+    page = compare_html()
+    assert not re.search(r'(?:src|href)\s*=\s*"(?:https?:)?//', page) and "@import" not in page
+    assert page.count('data-chart="budget-') == 2 and "--max-num-seqs 256" in page
+    check_golden(COMPARE_GOLDEN, page)
+
+
+def scan_html(docs: list[dict]) -> str:
+    from diagnoser.report import scan_writer
+
+    out = io.StringIO()
+    scan_writer("html")(iter(docs), out, {"top": 5})
+    return out.getvalue()
+
+
+def fleet_docs() -> list[dict]:
+    """A small fleet: failed, serving and clean fixtures, one twice, and a file that could not be read."""
+    from diagnoser.scan import ScanOptions, error_doc, scan
+
+    names = ("kv-cache-too-small-v1-0.16.log", "kv-cache-too-small-v1-0.8.3.log", "preemption-v1-0.12.log",
+             "healthy-v1-0.10.log", "weights-oom-v1-0.15.log", "kv-cache-too-small-v1-0.16.log")
+    paths = [(ROOT / "fixtures" / n).relative_to(ROOT).as_posix() for n in names]
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # relative paths in the page, whoever runs the suite from where
+    try:
+        docs = list(scan(paths, ScanOptions()))
+    finally:
+        os.chdir(cwd)
+    return [*docs, error_doc("logs/cut.log.gz", "corrupt", "logs/cut.log.gz: cannot read (truncated: Compressed "
+                                                            "file ended before the end-of-stream marker was reached)")]
+
+
+def test_golden_scan_html():
+    """scan --format html: the fleet summary as a page (outcomes bar, counts with shares, worst logs, bad files)."""
+    page = scan_html(fleet_docs())
+    assert not re.search(r'(?:src|href)\s*=\s*"(?:https?:)?//', page) and "@import" not in page
+    assert "logs/cut.log.gz" in page and "kv-cache-too-small" in page
+    check_golden(SCAN_GOLDEN, page)
+
+
+def test_html_pages_escape_what_the_logs_hold():
+    """A path or message with markup or a terminal escape arrives as text, never as an element or an escape."""
+    from diagnoser.scan import error_doc
+
+    evil = '<img src=x onerror=alert(1)>\x1b]0;pwned\x07'
+    page = scan_html([error_doc(f"logs/{evil}.log", "corrupt", f"logs/{evil}.log: cannot read ({evil})")])
+    assert "<img" not in page and "\x1b" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page

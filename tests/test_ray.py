@@ -106,3 +106,28 @@ def test_the_cli_runs_on_ray(fleet: Path, local_ray: None) -> None:
     docs = [json.loads(line) for line in result.stdout.splitlines()]
     assert docs == list(scan(iter_paths([str(fleet / "node-1")])))
     assert result.exit_code == 1
+
+
+def test_ray_address_reaches_ray_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--ray-address, else $RAY_ADDRESS, joins that cluster; neither starts a local Ray with this machine's CPUs."""
+    import diagnoser.ray as dray
+
+    calls: list[dict] = []
+
+    class FakeRay:
+        @staticmethod
+        def is_initialized() -> bool:
+            return False
+
+        @staticmethod
+        def init(**kwargs) -> None:
+            calls.append(kwargs)
+
+    monkeypatch.setattr(dray, "_ray", lambda: FakeRay)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert dray.init(num_cpus=3) and calls[-1]["address"] is None and calls[-1]["num_cpus"] == 3
+    assert dray.init("ray://head:10001") and calls[-1]["address"] == "ray://head:10001"
+    assert "num_cpus" not in calls[-1]  # a cluster's CPUs are the cluster's
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert dray.init() and calls[-1]["address"] == "auto"
+    assert dray.init("ray://other:10001") and calls[-1]["address"] == "ray://other:10001"  # the option wins

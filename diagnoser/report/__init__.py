@@ -34,6 +34,7 @@ SCAN_FORMATS = {
     "markdown": "scan_markdown",
     "csv": "scan_csv",
     "otel": "otel",
+    "html": "scan_html",
 }
 
 Renderer = Callable[..., str]
@@ -53,8 +54,16 @@ def renderer(name: str) -> Renderer:
 
 
 def scan_writer(name: str) -> Callable[..., None]:
-    """The write function of one scan format."""
-    return import_module(f"{__name__}.{SCAN_FORMATS[name]}").write  # type: ignore[no-any-return]
+    """The write function of one scan format, over sanitized documents (as `renderer` gives its formats), so
+    `-o FILE` is as inert as stdout."""
+    from ..sanitize import sanitized
+
+    write = import_module(f"{__name__}.{SCAN_FORMATS[name]}").write
+
+    def safe_write(docs: Any, out: Any, opts: dict | None = None) -> None:
+        write((sanitized(doc) for doc in docs), out, opts)
+
+    return safe_write
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,7 @@ units and a text alternative.
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 
@@ -44,7 +45,10 @@ vertical-align:top}th{color:var(--mut);font-weight:600;width:40%}svg{width:100%;
 svg text{fill:var(--mut);font:11px system-ui,sans-serif}svg .title{fill:var(--fg);font-weight:600;font-size:12px}
 .grid{stroke:var(--line);stroke-width:1}.sat{fill:var(--sat)}.legend{font-size:.85em;color:var(--mut)}
 .sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin:0 4px 0 10px;vertical-align:middle}
-.muted{color:var(--mut)}@media (max-width:600px){main{padding:10px}.cmd{flex-direction:column}th{width:auto}}
+.muted{color:var(--mut)}table.wide th{width:auto}.num{text-align:right;white-space:nowrap}
+.wrap{overflow-x:auto}
+td.meter{width:30%;min-width:60px}td.meter span{display:block;height:10px;border-radius:2px;background:var(--c1)}
+@media (max-width:600px){main{padding:10px}.cmd{flex-direction:column}th{width:auto}}
 """
 
 SCRIPT = """
@@ -73,8 +77,12 @@ BUDGET = (("weights_gib", "weights", "--c1"), ("activation_peak_gib", "activatio
           ("available_kv_cache_gib", "KV cache", "--c2"))
 
 
-def _e(value: Any) -> str:
+def esc(value: Any) -> str:
+    """Any value as HTML text (quotes too, so it is safe inside an attribute)."""
     return escape(str(value), quote=True)
+
+
+_e = esc
 
 
 def _nice_max(v: float) -> float:
@@ -143,43 +151,144 @@ def timeline(title: str, unit: str, series: list[tuple[str, list[tuple[float, fl
                             f'style="background:var(--sat)"></span>saturated</div>'
 
 
-def budget_bar(ctx: dict[str, Any]) -> str:
-    """The start-up memory budget as one stacked bar against the GPU's total and the utilization line."""
-    total = ctx.get("gpu_total_gib")
-    util = ctx.get("gpu_memory_utilization")
-    parts = [(label, float(ctx[key]), colour) for key, label, colour in BUDGET if ctx.get(key)]
+#: one budget segment: (label, GiB, colour variable, estimated)
+Segment = tuple[str, float, str, bool]
+
+
+def budget_segments(values: dict[str, float | None], estimated: frozenset[str] | set[str] = frozenset(),
+                    keys: tuple[tuple[str, str, str], ...] = BUDGET) -> list[Segment]:
+    """The positive figures of a start-up budget, in bar order (`keys`: (field, label, colour))."""
+    return [(label, float(v), colour, key in estimated) for key, label, colour in keys
+            if isinstance(v := values.get(key), (int, float)) and v > 0]
+
+
+def stacked_bar(parts: list[Segment], full: float, cid: str, title: str, unit: str = "GiB", digits: int = 2,
+                desc: str = "", marker: tuple[float, str] | None = None, end: str = "") -> str:
+    """One horizontal bar of segments, `full` units wide, with a legend; each segment carries its label and
+    value (data-label, data-value) and a tooltip. `marker`: a dashed line at a value, with its caption.
+
+    A segment coloured --bg is empty space (drawn outlined, not labelled); an estimated one is paler, marked ~.
+    """
+    full = full or 1.0
+    iw = W - PAD_L - PAD_R
+
+    def num(v: float, d: int = digits, with_unit: bool = True) -> str:
+        return f"{v:,.{d}f}" + (f" {unit}" if with_unit and unit else "")
+
+    svg = [f'<svg viewBox="0 0 {W} 96" role="img" aria-labelledby="{cid}-t {cid}-d" class="chart" '
+           f'data-chart="{_e(cid)}">', f'<title id="{cid}-t">{_e(title)}</title>',
+           f'<desc id="{cid}-d">' + _e(", ".join(f"{lb} {'~' if est else ''}{num(v)}" for lb, v, _, est in parts)
+                                       + desc) + "</desc>",
+           f'<text class="title" x="{PAD_L}" y="14">{_e(title)}</text>']
+    xpos = PAD_L
+    for label, v, colour, est in parts:
+        wdt = v / full * iw
+        svg.append(f'<rect x="{xpos:.1f}" y="24" width="{max(wdt, .5):.1f}" height="30" fill="var({colour})"'
+                   + (' stroke="var(--line)"' if colour == "--bg" else "")
+                   + (' fill-opacity=".55" class="est"' if est else '') + f' data-label="{_e(label)}" '
+                   f'data-value="{v:.{digits}f}"><title>{_e(label)}: {"~" if est else ""}{num(v)}'
+                   f'{" (estimated)" if est else ""}</title></rect>')
+        if wdt > 44 and colour != "--bg":
+            svg.append(f'<text x="{xpos + 4:.1f}" y="43" style="fill:#fff">{"~" if est else ""}'
+                       f'{num(v, max(digits - 1, 0), False)}</text>')
+        xpos += wdt
+    if marker:
+        bx = PAD_L + marker[0] / full * iw
+        svg.append(f'<line x1="{bx:.1f}" x2="{bx:.1f}" y1="18" y2="60" stroke="var(--fg)" stroke-dasharray="4 3"/>'
+                   f'<text x="{bx:.1f}" y="74" text-anchor="middle">{_e(marker[1])}</text>')
+    svg.append(f'<text x="{PAD_L}" y="90">0</text><text x="{W - PAD_R}" y="90" text-anchor="end">'
+               f'{_e(num(full, max(digits - 1, 0)))}{_e(end)}</text></svg>')
+    legend = "".join(f'<span class="sw" style="background:var({c})"></span>{_e(lb)} {"~" if est else ""}{num(v)}'
+                     for lb, v, c, est in parts)
+    return "".join(svg) + f'<div class="legend">{legend}</div>'
+
+
+def budget_bar(parts: list[Segment], total: float | None, util: float | None, cid: str = "budget",
+               title: str = "GPU memory at start-up (GiB)", full: float | None = None,
+               outside: list[Segment] | None = None) -> str:
+    """The start-up memory budget as one stacked bar against the GPU's total and the utilization line.
+
+    `parts` fill the budget (GPU total x utilization), then what the budget leaves unreserved, then `outside`
+    (memory taken above the budget, e.g. CUDA graphs before vLLM 0.20), then the rest of the GPU. `full` is
+    the GiB the bar's width stands for: bars drawn with the same `full` share a scale, so their segments
+    compare by length.
+    """
     if not parts:
         return ""
-    used = sum(v for _, v, _ in parts)
+    parts = list(parts)
+    used = sum(v for _, v, _, _ in parts)
     budget = total * util if total and util else None
-    full = total or (budget if budget else used)
-    full = max(full, used)
-    if budget and budget > used:
-        parts.append(("unreserved in budget", budget - used, "--line"))
-    iw = W - PAD_L - PAD_R
-    svg = [f'<svg viewBox="0 0 {W} 96" role="img" aria-labelledby="budget-t budget-d" class="chart" '
-           'data-chart="budget">',
-           '<title id="budget-t">Start-up GPU memory budget (GiB)</title>']
-    svg.append('<desc id="budget-d">' + _e(", ".join(f"{lb} {v:.2f} GiB" for lb, v, _ in parts)
-                                             + (f"; GPU total {total:.2f} GiB" if total else "")
-                                             + (f"; utilization {util}" if util else "")) + "</desc>")
-    svg.append(f'<text class="title" x="{PAD_L}" y="14">GPU memory at start-up (GiB)</text>')
-    xpos = PAD_L
-    for label, v, colour in parts:
-        wdt = v / full * iw
-        svg.append(f'<rect x="{xpos:.1f}" y="24" width="{max(wdt, .5):.1f}" height="30" fill="var({colour})">'
-                   f'<title>{_e(label)}: {v:.2f} GiB</title></rect>')
-        if wdt > 44:
-            svg.append(f'<text x="{xpos + 4:.1f}" y="43" style="fill:#fff">{v:.1f}</text>')
-        xpos += wdt
-    if budget:
-        bx = PAD_L + budget / full * iw
-        svg.append(f'<line x1="{bx:.1f}" x2="{bx:.1f}" y1="18" y2="60" stroke="var(--fg)" stroke-dasharray="4 3"/>'
-                   f'<text x="{bx:.1f}" y="74" text-anchor="middle">utilization {util} = {budget:.1f} GiB</text>')
-    svg.append(f'<text x="{PAD_L}" y="90">0</text><text x="{W - PAD_R}" y="90" text-anchor="end">'
-               f'{full:.1f} GiB{" (GPU total)" if total else ""}</text></svg>')
-    legend = "".join(f'<span class="sw" style="background:var({c})"></span>{_e(lb)} {v:.2f} GiB' for lb, v, c in parts)
-    return "".join(svg) + f'<div class="legend">{legend}</div>'
+    if budget and budget - used >= 0.005:
+        parts.append(("unreserved in budget", budget - used, "--line", False))
+    parts += outside or []
+    taken = sum(v for _, v, _, _ in parts)
+    if total and total - taken >= 0.005:
+        parts.append(("outside the budget", total - taken, "--bg", False))
+    full = max(full or total or (budget if budget else used), taken)
+    desc = (f"; GPU total {total:.2f} GiB" if total else "") + (f"; utilization {util}" if util else "")
+    marker = (budget, f"utilization {util:g} = {budget:.1f} GiB") if budget and util else None
+    return stacked_bar(parts, full, cid, title, desc=desc, marker=marker,
+                       end=" (GPU total)" if total and abs(full - total) < 0.005 else "")
+
+
+def context_budget_bar(ctx: dict[str, Any]) -> str:
+    """One log's start-up budget, from the figures its context holds."""
+    return budget_bar(budget_segments(ctx), ctx.get("gpu_total_gib"), ctx.get("gpu_memory_utilization"))
+
+
+def copy_block(cid: str, text: str) -> str:
+    """A command to run, with a Copy button (the page's one script)."""
+    return (f'<div class="cmd"><pre id="{cid}">{_e(text)}</pre>'
+            f'<button type="button" data-copy="{cid}">Copy</button></div>')
+
+
+def sev_badge(severity: str) -> str:
+    return f'<span class="sev {_e(severity)}">{_e(severity)}</span>'
+
+
+def finding_head(severity: str, rule: str, title: str, meta: str) -> str:
+    """A finding's first lines: severity, rule id, title, and where it was seen."""
+    return (f'{sev_badge(severity)} <code>{_e(rule)}</code><h3>{_e(title)}</h3>'
+            f'<div class="muted">{_e(meta)}</div>')
+
+
+def table(rows: list[tuple[str, str]]) -> str:
+    """A two-column table of label / value rows (both escaped here)."""
+    return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
+
+
+NUM = ' class="num"'
+#: a table cell that is one figure (right-aligned): 1,234  -2.90 GiB  0.02x~  12.5%  =
+NUMBER = re.compile(r"[~+-]?[\d,]+(?:\.\d+)?(?: ?(?:GiB|x|%))?~?|=|-")
+
+
+def grid(heads: list[str], rows: list[list[str]], cls: str = "", numeric: bool = True,
+         meters: list[float] | None = None) -> str:
+    """A table with a header row; cells are escaped here. `numeric`: a cell that is one figure is right-aligned.
+    `meters`: one fraction (0..1) per row, drawn as a bar in a last column (a share at a glance)."""
+    def cell(tag: str, text: str, first: bool) -> str:
+        num = numeric and not first and bool(NUMBER.fullmatch(text))
+        return f'<{tag}{NUM if num else ""}>{_e(text)}</{tag}>'
+
+    def meter(i: int) -> str:
+        if meters is None:
+            return ""
+        pct = max(0.0, min(1.0, meters[i])) * 100
+        return f'<td class="meter"><span style="width:{pct:.1f}%" data-share="{pct:.1f}"></span></td>'
+
+    head = "".join(cell("th", h, True) for h in heads) + ("<th></th>" if meters is not None else "")
+    body = "".join("<tr>" + "".join(cell("th" if i == 0 else "td", c, i == 0) for i, c in enumerate(r)) + meter(n)
+                   + "</tr>" for n, r in enumerate(rows))
+    return f'<table class="wide {_e(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def page(title: str, body: str) -> str:
+    """The whole self-contained document around a body: style and script inline, nothing fetched."""
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+            "<meta name=\"color-scheme\" content=\"light dark\">"
+            f"<title>vllm-doctor: {_e(title)}</title><style>{STYLE}</style></head><body><main>\n{body}\n"
+            f"</main><script>{SCRIPT}</script></body></html>\n")
 
 
 def _series_charts(r: Report) -> str:
@@ -216,7 +325,7 @@ def _series_charts(r: Report) -> str:
 def _finding(f: Any, i: int, rid: str = "") -> str:
     d = finding_dict(f)
     facts = {k: v for k, v in d["facts"].items() if not isinstance(v, (list, dict))}
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>" for k, v in facts.items())
+    rows = table([(k, _fmt(v)) for k, v in facts.items()])
     windows = d["facts"].get("windows") or []
     wrows = "".join("<tr>" + "".join(f"<td>{_e(w.get(k, ''))}</td>" for k in
                                      ("start", "end", "seconds", "peak_kv_usage_pct", "max_waiting", "preemptions"))
@@ -226,13 +335,12 @@ def _finding(f: Any, i: int, rid: str = "") -> str:
     ev = "".join(f"<pre class=\"ev\">{ln['line']:>6} | {_e(ln['text'][:400])}</pre>" for ln in d["evidence"])
     cmd = ""
     if d["command"]:
-        cmd = (f'<div class="cmd"><pre id="{rid}cmd-{i}">{_e(d["command"])}</pre>'
-               f'<button type="button" data-copy="{rid}cmd-{i}">Copy</button></div>')
-    return (f'<div class="card finding" id="f-{i}"><span class="sev {d["severity"]}">{d["severity"]}</span> '
-            f'<code>{_e(d["rule"])}</code><h3>{_e(d["title"])}</h3>'
-            f'<div class="muted">stage {_e(d["stage"])}, line {d["line"]}, seen {d["occurrences"]} time(s)</div>'
+        cmd = copy_block(f"{rid}cmd-{i}", d["command"])
+    return (f'<div class="card finding" id="f-{i}">'
+            + finding_head(d["severity"], d["rule"], d["title"],
+                           f'stage {d["stage"]}, line {d["line"]}, seen {d["occurrences"]} time(s)') +
             f'<div class="advice">{_e(d["advice"])}</div>{cmd}{wtable}<h3>Evidence</h3>{ev}'
-            f'<details><summary>Numbers</summary><table>{rows}</table></details></div>')
+            f'<details><summary>Numbers</summary>{rows}</details></div>')
 
 
 def _report(r: Report, rid: str = "") -> str:
@@ -244,37 +352,30 @@ def _report(r: Report, rid: str = "") -> str:
         f = r.findings[0]
         d = finding_dict(f)
         first_para = d["advice"].split("\n\n")[0]
-        cmd = (f'<div class="cmd"><pre id="{rid}verdict-cmd">{_e(d["command"])}</pre>'
-               f'<button type="button" data-copy="{rid}verdict-cmd">Copy</button></div>') if d["command"] else ""
+        cmd = copy_block(f"{rid}verdict-cmd", d["command"]) if d["command"] else ""
         fix = "".join(f"<li><code>{_e(x['flag'])} {_e(x['value'])}</code>: {_e(x['reason'])}</li>" for x in d["fixes"])
-        out.append(f'<section class="card verdict {d["severity"]}" id="{rid}verdict"><span class="sev {d["severity"]}">'
-                   f'{d["severity"]}</span> <code>{_e(d["rule"])}</code><h2 style="border:0;margin:.2em 0">'
+        out.append(f'<section class="card verdict {d["severity"]}" id="{rid}verdict">{sev_badge(d["severity"])} '
+                   f'<code>{_e(d["rule"])}</code><h2 style="border:0;margin:.2em 0">'
                    f'{_e(d["title"])}</h2><div class="advice">{_e(first_para)}</div>'
                    f'{"<ul>" + fix + "</ul>" if fix else ""}{cmd}</section>')
     else:
         out.append(f'<section class="card verdict" id="{rid}verdict"><h2 style="border:0">No problems found</h2>'
                    '</section>')
-    bar = budget_bar(ctx)
+    bar = context_budget_bar(ctx)
     if bar:
         out.append(f'<h2>Start-up memory</h2><div class="card">{bar}</div>')
     out.append(_series_charts(r))
     if r.findings:
         out.append(f"<h2>Findings ({len(r.findings)})</h2>")
         out.extend(_finding(f, i, rid) for i, f in enumerate(r.findings))
-    rows = "".join(f"<tr><th>{_e(label)}</th><td>{_e(_fmt(ctx[k]))}</td></tr>" for k, label in CONTEXT_KEYS if k in ctx)
     extra = [("peak_kv_usage_pct", "peak KV usage %"), ("max_running_reqs", "max running"),
              ("max_waiting_reqs", "max waiting"), ("stats_lines", "stats lines")]
-    rows += "".join(f"<tr><th>{_e(label)}</th><td>{_e(_fmt(ctx[k]))}</td></tr>" for k, label in extra if k in ctx)
+    rows = [(label, _fmt(ctx[k])) for k, label in [*CONTEXT_KEYS, *extra] if k in ctx]
     if rows:
-        out.append(f'<h2>Context</h2><div class="card"><table>{rows}</table></div>')
+        out.append(f'<h2>Context</h2><div class="card">{table(rows)}</div>')
     return "\n".join(out)
 
 
 def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
     body = "\n<hr>\n".join(_report(r, f"r{n}-" if n else "") for n, r in enumerate(reports))
-    title = _e(reports[0].path if len(reports) == 1 else f"{len(reports)} logs")
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-            "<meta name=\"color-scheme\" content=\"light dark\">"
-            f"<title>vllm-doctor: {title}</title><style>{STYLE}</style></head><body><main>\n{body}\n"
-            f"</main><script>{SCRIPT}</script></body></html>\n")
+    return page(reports[0].path if len(reports) == 1 else f"{len(reports)} logs", body)

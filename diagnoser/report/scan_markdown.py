@@ -33,10 +33,8 @@ def markdown(s: FleetSummary) -> str:
         out += [f"| `{r}` | {s.rule_severity[r]} | {n:,} | {_cell(s.rule_title[r])} |"
                 for r, n in s.rules.most_common()]
         out.append("")
-    readable = s.logs - st["unreadable"]
-    out += _table("By model", "model", s.models, readable)
-    out += _table("By GPU", "GPU", s.gpus, readable)
-    out += _table("By vLLM release", "release", s.releases, readable)
+    for title, head, counter in s.breakdowns():
+        out += _table(title, head, counter, s.readable)
     if s.worst:
         out += ["### Worst logs", "", "| log | line | severity | rule | stage | errors |",
                 "|---|---:|---|---|---|---:|"]

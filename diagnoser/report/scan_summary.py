@@ -87,3 +87,12 @@ class FleetSummary:
 
     def failed(self) -> int:
         return self.status["unreadable"]
+
+    @property
+    def readable(self) -> int:
+        return self.logs - self.status["unreadable"]
+
+    def breakdowns(self) -> list[tuple[str, str, Counter[str]]]:
+        """The fleet's counters every summary format prints: (title, what is counted, counter)."""
+        return [("By model", "model", self.models), ("By GPU", "GPU", self.gpus),
+                ("By vLLM release", "release", self.releases)]

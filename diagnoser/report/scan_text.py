@@ -38,10 +38,9 @@ def text(s: FleetSummary) -> str:
         for rule, n in s.rules.most_common():
             out.append(f"  {rule:<{width}}  {s.rule_severity[rule]:<7}  {n:>6}  {s.rule_title[rule]}")
         out.append("")
-    readable = s.logs - st["unreadable"]
-    for title, counter in (("By model", s.models), ("By GPU", s.gpus), ("By vLLM release", s.releases)):
+    for title, _, counter in s.breakdowns():
         if counter:
-            out.extend(_table(title, counter, readable))
+            out.extend(_table(title, counter, s.readable))
             out.append("")
     if s.worst:
         out.append(f"Worst logs (first finding; {len(s.worst)} shown)")

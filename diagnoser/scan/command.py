@@ -43,9 +43,9 @@ class Tally:
 @click.option("--jobs", "-j", type=click.IntRange(0), default=None,
               help="Worker processes (0: one per CPU; default 1). With --engine ray: the local Ray's CPUs "
               "(default all).")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "jsonl", "markdown", "csv", "otel"]),
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "jsonl", "markdown", "csv", "otel", "html"]),
               default="text", show_default=True,
-              help="text/markdown: fleet summary; jsonl: one report per log; csv: one row per finding; "
+              help="text/markdown/html: fleet summary; jsonl: one report per log; csv: one row per finding; "
               "otel: OTLP JSON.")
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default="error",
               show_default=True, help="Exit 1 when a log has a finding at or above this severity.")
@@ -53,7 +53,7 @@ class Tally:
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
 @click.option("--no-redact", is_flag=True, help="Keep secrets in the output (warns on stderr).")
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True,
-              help="Worst logs listed (text, markdown).")
+              help="Worst logs listed (text, markdown, html).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to this file, not stdout.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress line on stderr (default: when it is a terminal).")
@@ -70,6 +70,7 @@ def scan_cmd(paths: tuple[str, ...], jobs: int | None, fmt: str, fail_on: str, e
       vllm-doctor scan /var/log/vllm/                     fleet summary
       vllm-doctor scan 'logs/**/*.log.gz' -j 0 -f jsonl   one JSON report per log
       vllm-doctor scan pods.txt -f csv -o findings.csv    one row per finding
+      vllm-doctor scan /var/log/vllm/ -f html -o fleet.html   the summary as a page
       vllm-doctor scan --engine ray s3://bucket/vllm/     on a Ray cluster
     """
     from ..api import resolve_rules

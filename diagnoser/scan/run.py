@@ -8,7 +8,6 @@ the scan. Workers load the rules once each (the initializer), not once per file.
 
 from __future__ import annotations
 
-import io
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -45,8 +44,9 @@ def _error_kind(exc: BaseException) -> str:
         return "too-large"
     if isinstance(exc, DoctorError):
         return "invalid"
-    codec = type(exc).__module__.split(".")[0] in ("zlib", "_lzma", "zstd", "zstandard")
-    if codec or isinstance(exc, (EOFError, ValueError)):
+    from ..sources import is_codec_error
+
+    if is_codec_error(exc) or isinstance(exc, ValueError):
         return "corrupt"
     if isinstance(exc, OSError):
         return "unreadable" if exc.errno is not None else "corrupt"
@@ -56,8 +56,12 @@ def _error_kind(exc: BaseException) -> str:
 def _message(path: str, exc: BaseException) -> str:
     if isinstance(exc, DoctorError):
         return str(exc)
-    detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return f"{path}: cannot read ({detail})"
+    from ..sources import read_error
+
+    error = read_error(path, exc)
+    if error is not None:
+        return str(error)
+    return f"{path}: cannot read ({str(exc) or type(exc).__name__})"
 
 
 def scan_stream(raw: BinaryIO, path: str, opts: ScanOptions) -> list[dict[str, Any]]:
@@ -71,7 +75,7 @@ def scan_stream(raw: BinaryIO, path: str, opts: ScanOptions) -> list[dict[str, A
     rules = resolve_rules(list(opts.rule_paths) or None)
     docs: list[dict[str, Any]] = []
     try:
-        stream = decompressed(raw if hasattr(raw, "peek") else io.BufferedReader(raw), path)  # type: ignore[arg-type,type-var]
+        stream = decompressed(raw, path)
         for log in logs_in(stream, path):
             with log.stream:
                 doc = report_dict(diagnose(log.stream, log.name, rules, redact=opts.redact))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import compare as cmp
-from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, plain, settings_rows
+from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, fix_parts, plain, settings_rows
 
 
 def _cell(text: str) -> str:
@@ -24,9 +24,8 @@ def _table(title: str, rows: list[Row], heads: list[str], nd: int) -> list[str]:
 def _fixes(fixes: list[cmp.Fix]) -> list[str]:
     out = []
     for f in fixes:
-        flag = f"`{f.flag}`" if f.value is None else f"`{f.flag} {f.value}`"
-        gives = f"returns ~{f.returns_gib:.2f} GiB" if f.returns_gib else "fits what is left"
-        out.append(f"- {flag}: {gives}. {capital(f.reason)}.")
+        flag, gives, reason = fix_parts(f)
+        out.append(f"- `{flag}`: {gives}. {capital(reason)}.")
     return out
 
 

@@ -88,6 +88,13 @@ def columns(comp: cmp.Comparison) -> list[str]:
     return [f"{PurePath(s.input).name} ({'failed' if s.failed else 'started'})" for s in comp.starts]
 
 
+def fix_parts(f: cmp.Fix) -> tuple[str, str, str]:
+    """A fix as every format words it: the flag with its value, what it returns, and why."""
+    flag = f.flag if f.value is None else f"{f.flag} {f.value}"
+    gives = f"returns ~{f.returns_gib:.2f} GiB" if f.returns_gib else "fits what is left"
+    return flag, gives, f.reason
+
+
 def capital(text: str) -> str:
     """A reason as a sentence; 'vLLM' keeps its spelling."""
     return text if text.startswith("vLLM") else text[:1].upper() + text[1:]

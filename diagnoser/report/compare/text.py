@@ -6,7 +6,7 @@ import textwrap
 from typing import Any
 
 from ... import compare as cmp
-from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, plain, settings_rows
+from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, fix_parts, plain, settings_rows
 
 WIDTH = 110
 
@@ -33,9 +33,8 @@ def _wrap(text: str, indent: str = "  ") -> list[str]:
 def _fix_lines(fixes: list[cmp.Fix]) -> list[str]:
     out = []
     for f in fixes:
-        flag = f.flag if f.value is None else f"{f.flag} {f.value}"
-        gives = f"returns ~{f.returns_gib:.2f} GiB" if f.returns_gib else "fits what is left"
-        out.extend(_wrap(f"{flag}: {gives}. {capital(f.reason)}.", "  - "))
+        flag, gives, reason = fix_parts(f)
+        out.extend(_wrap(f"{flag}: {gives}. {capital(reason)}.", "  - "))
     return out
 
 
