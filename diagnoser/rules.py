@@ -219,6 +219,9 @@ def _expr_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
     return _free_names(ast)
 
 
+#: Other spellings of "has a value" than `x is known` (one spelling, so a reader knows what none means).
+OTHER_HAS_A_VALUE = {"defined", "undefined", "default", "d"}
+
 #: Template names that stand for a module of helpers: `mem.max_len_that_fits(...)`, `fn.corrected_args(...)`.
 HELPER_MODULES = {"mem": "diagnoser.memory", "fn": "diagnoser.advice_functions"}
 
@@ -242,9 +245,15 @@ def _check_helpers(env: RuleSandbox, ast: nodes.Template, path: str, key: str) -
                 raise RuleError(path, key, f"{node.node.name}.{node.attr} is not a function or constant of "
                                            f"{HELPER_MODULES[node.node.name]}{hint}")
     for node in ast.find_all(nodes.Filter):
+        if node.name in OTHER_HAS_A_VALUE:
+            raise RuleError(path, key, f"|{node.name}(...) is not the house spelling of \"has a value\": write "
+                                       "`(x if x is known else fallback)`")
         if node.name not in env.filters:
             raise RuleError(path, key, f"unknown filter |{node.name}; the filters are tokens, gib and jinja2's")
     for node in ast.find_all(nodes.Test):
+        if node.name in OTHER_HAS_A_VALUE:
+            raise RuleError(path, key, f"`is {node.name}` is not the house spelling of \"has a value\": write "
+                                       f"`x is {'not ' if node.name == 'undefined' else ''}known` (also false for none)")
         if node.name not in env.tests:
             raise RuleError(path, key, f"unknown test `is {node.name}`; use `is known` for \"has a value\"")
 

@@ -20,7 +20,7 @@ extract:
   - 'exploded with (?P<count>\\d+) sparks'
 facts:
   count: int
-advice: "{% if count is defined %}{{ count }} sparks{% endif %}"
+advice: "{% if count is known %}{{ count }} sparks{% endif %}"
 explanation: Demo.
 cases:
   match:
