@@ -105,7 +105,7 @@ class Extractor:
     def tolerant(self) -> regex.Pattern[str]:
         """Compiled on first use: most extractors never need the wrap-tolerant retry."""
         if self._tolerant is None:
-            self._tolerant = like(self.pattern, _tolerant(self.pattern.pattern))
+            self._tolerant = wrap_tolerant(self.pattern)
         return self._tolerant
 
 
@@ -201,9 +201,13 @@ def derive_keywords(phrase: str) -> list[str]:
     return ranked[:3] or [phrase.lower()[:24]]
 
 
-def _tolerant(source: str) -> regex.Pattern[str]:
-    """The same regex, allowing whitespace inserted anywhere (a terminal or chat window wrapped it)."""
-    return regex.compile(f"(?:{source}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0)
+def wrap_tolerant(pattern: Any) -> Any:
+    """The same regex, allowing whitespace inserted anywhere (a terminal or chat window wrapped it).
+
+    The one builder of the wrap-tolerant form, for match and extract regexes alike; bounded in time when
+    `pattern` is (a rule pack's)."""
+    flags = regex.BESTMATCH | regex.V0 | (pattern.flags & regex.IGNORECASE)
+    return like(pattern, regex.compile(f"(?:{pattern.pattern}){{i<=6:\\s}}", flags))
 
 
 def _expr_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
