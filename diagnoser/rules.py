@@ -210,13 +210,16 @@ def wrap_tolerant(pattern: Any) -> Any:
     return like(pattern, regex.compile(f"(?:{pattern.pattern}){{i<=6:\\s}}", flags))
 
 
-def _expr_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
+def _expr_names(env: RuleSandbox, source: Any, path: str, key: str, expression: bool = True) -> set[str]:
+    """The names an expression (derive, when) or, with `expression=False`, a template (advice, fixes) reads,
+    after the sandbox's and the helper checks."""
     from .sandbox import parse_checked
 
     if not isinstance(source, str):
-        raise RuleError(path, key, f"must be an expression in a string, not {type(source).__name__}")
+        raise RuleError(path, key, f"must be {'an expression in a string' if expression else 'a template string'}, "
+                                   f"not {type(source).__name__}")
     try:
-        ast = parse_checked(env, source, expression=True)
+        ast = parse_checked(env, source, expression=expression)
     except ValueError as exc:
         raise RuleError(path, key, str(exc)) from None
     _check_helpers(env, ast, path, key)
@@ -278,16 +281,7 @@ def _free_names(ast: nodes.Template) -> set[str]:
 
 
 def _template_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
-    from .sandbox import parse_checked
-
-    if not isinstance(source, str):
-        raise RuleError(path, key, f"must be a template string, not {type(source).__name__}")
-    try:
-        ast = parse_checked(env, source, expression=False)
-    except ValueError as exc:
-        raise RuleError(path, key, str(exc)) from None
-    _check_helpers(env, ast, path, key)
-    return _free_names(ast)
+    return _expr_names(env, source, path, key, expression=False)
 
 
 def _check_names(names: set[str], allowed: set[str], path: str, key: str) -> None:

@@ -4,45 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from diagnoser.rules import RuleError, builtin_rules, load_rule_file, load_rules
 from diagnoser.selftest import case_results, run_cases
+from tests.rulepack import demo_rule
+from tests.rulepack import write_rule as write
 
-PACK = """\
-id: demo-rule
-title: Demo
-severity: error
-stage: startup
-match:
-  - phrase: "the demo engine exploded loudly"
-extract:
-  - 'exploded loudly with (?P<count>\\d+) sparks'
-facts:
-  count: int
-derive:
-  gib: "mem.GIB / 2"
-advice: "{% if count is known %}{{ count | tokens }} sparks{% endif %}"
-explanation: Demo.
-cases:
-  match:
-    - name: three sparks
-      text: "the demo engine exploded loudly with 3 sparks"
-      facts: {count: 3}
-      line: 1
-  near_miss:
-    - name: a quiet engine
-      text: "the demo engine is fine"
-"""
-
-
-def write(folder: Path, text: str, name: str = "demo-rule.yaml") -> Path:
-    p = folder / name
-    p.write_text(textwrap.dedent(text))
-    return p
+PACK = demo_rule(derive='\n  gib: "mem.GIB / 2"')
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess:
