@@ -105,6 +105,8 @@ def test_ctrl_c_while_loading_is_interrupted_at_loading_and_its_echo_is_not_a_cr
 def test_advice_helpers():
     assert fn.seconds_between("12-31 23:59:50", "12-31 23:59:59") == 9
     assert fn.seconds_between("06-01 10:00:00", None) is None
+    assert fn.seconds_between("12-31 23:59:00", "01-01 00:01:00") == 120  # across New Year, as series.Clock reads it
+    assert fn.seconds_between("01-18 20:15:59", "01-18 20:00:00") is None  # an end before the start
     assert fn.duration(7384) == "2 h 3 min"
     assert fn.cuda_of_driver(12080) == "12.8" and fn.cuda_of_driver("x") is None
     assert fn.driver_for_cuda("12.8") == "570.26" and fn.driver_for_cuda("99.0") is None
