@@ -352,16 +352,17 @@ def _longtail() -> dict[str, Any]:
 def seconds_between(start: str | None, end: str | None) -> int | None:
     """Seconds from one vLLM timestamp to a later one: ('01-18 20:15:59', '01-18 20:33:11') -> 1032.
 
-    vLLM prints MM-DD HH:MM:SS without a year; a log that crosses New Year is read as the same year.
+    vLLM prints MM-DD HH:MM:SS without a year; read as the serving series' clock reads it (series.Clock: an
+    end far before the start is in the next year, a log across New Year).
     """
-    stamps = []
-    for text in (start, end):
-        m = re.match(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)", text or "")
-        if not m:
-            return None
-        mo, d, h, mi, s = (int(g) for g in m.groups())
-        stamps.append((((mo * 31 + d) * 24 + h) * 60 + mi) * 60 + s)
-    delta = stamps[1] - stamps[0]
+    from .series import NEW_YEAR_GAP, vllm_time_seconds
+
+    a, b = (vllm_time_seconds((text or "")[:14]) for text in (start, end))
+    if a is None or b is None:
+        return None
+    if b < a - NEW_YEAR_GAP:
+        b = vllm_time_seconds((end or "")[:14], 2001)
+    delta = int(b - a) if b is not None else -1
     return delta if delta >= 0 else None
 
 

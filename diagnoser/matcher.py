@@ -22,7 +22,7 @@ from rapidfuzz.utils import default_process
 from . import memory
 from .keywords import KeywordIndex
 from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
-from .rules import Pattern, Rule, like
+from .rules import Pattern, Rule, wrap_tolerant
 from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
@@ -527,10 +527,7 @@ def _tolerant_of(pattern: Any) -> Any:
     key = (pattern.pattern, type(pattern))
     found = _TOLERANT.get(key)
     if found is None:
-        import regex
-
-        found = _TOLERANT[key] = like(pattern, regex.compile(
-            f"(?:{pattern.pattern}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0 | (pattern.flags & regex.IGNORECASE)))
+        found = _TOLERANT[key] = wrap_tolerant(pattern)
     return found
 
 

@@ -77,11 +77,6 @@ HEADER_KEY = re.compile(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*:\s*['\"]?(?P<val
 URL_PASSWORD = re.compile(
     r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"«»]*:(?P<val>[^\s'\"«»]+)@(?=[^\s@/'\"«»]+(?:[/?#:\s'\",;)\]]|$))"
 )
-#: JSON Web Tokens: base64url header `eyJ`, payload and (possibly empty) signature.
-JWT = re.compile(r"(?<![\w-])(?P<val>eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)")
-SLACK_TOKEN = re.compile(r"(?<![\w-])(?P<val>xox[abposr]-[A-Za-z0-9-]{10,})")
-GOOGLE_KEY = re.compile(r"(?<![\w-])(?P<val>AIza[0-9A-Za-z_-]{35})")
-NVIDIA_KEY = re.compile(r"(?<![\w-])(?P<val>nvapi-[A-Za-z0-9_-]{20,})")
 #: `Cookie: a=1; b=2` and `Set-Cookie: session=...; Path=/`: the values (attributes stay).
 COOKIE = re.compile(r"(?i)(?<![\w-])(?:set-)?cookie['\"]?\s*[:=]\s*['\"]?(?P<val>[^\r\n'\"]+)")
 _COOKIE_PAIR = re.compile(r"(?P<name>[^=;,\s]+)=(?P<val>[^;,\s]*)")
@@ -96,13 +91,24 @@ _PARTIAL_AT_END = re.compile(
     r"(?<![\w-])(?P<val>(?:hf_|api_org_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AIza|nvapi-|eyJ)[A-Za-z0-9_.-]*)$"
 )
 _CONTINUATION = re.compile(r"^(?P<val>[A-Za-z0-9_.+/=-]+)(?=[\s'\",;)\]}]|$)")
-#: Token shapes that need no key around them.
-HF_TOKEN = re.compile(r"(?<![A-Za-z0-9_])(?P<val>(?:hf|api_org)_[A-Za-z0-9]{20,})\b")
-OPENAI_KEY = re.compile(
-    r"(?<![\w-])(?P<val>sk-(?:proj-|svcacct-|admin-|ant-(?:api\d\d-)?)?(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,})"
+#: Tokens whose issuer's prefix says what they are, so they need no key around them: (kind, what a line
+#: must hold (lower case) before the pattern runs, the pattern).
+ISSUED_TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = tuple(
+    (kind, hints, re.compile(source)) for kind, hints, source in (
+        ("hf_token", ("hf_", "api_org_"), r"(?<![A-Za-z0-9_])(?P<val>(?:hf|api_org)_[A-Za-z0-9]{20,})\b"),
+        ("api_key", ("sk-",),
+         r"(?<![\w-])(?P<val>sk-(?:proj-|svcacct-|admin-|ant-(?:api\d\d-)?)?(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,})"),
+        ("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+         r"(?<![A-Za-z0-9_])(?P<val>gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})\b"),
+        ("aws_access_key_id", ("akia", "asia"), r"(?<![A-Za-z0-9])(?P<val>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])"),
+        # JSON Web Tokens: base64url header `eyJ`, payload and (possibly empty) signature
+        ("jwt", ("eyj",), r"(?<![\w-])(?P<val>eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"),
+        ("slack_token", ("xox",), r"(?<![\w-])(?P<val>xox[abposr]-[A-Za-z0-9-]{10,})"),
+        ("google_api_key", ("aiza",), r"(?<![\w-])(?P<val>AIza[0-9A-Za-z_-]{35})"),
+        ("nvidia_api_key", ("nvapi-",), r"(?<![\w-])(?P<val>nvapi-[A-Za-z0-9_-]{20,})"),
+    )
 )
-GITHUB_TOKEN = re.compile(r"(?<![A-Za-z0-9_])(?P<val>gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})\b")
-AWS_KEY_ID = re.compile(r"(?<![A-Za-z0-9])(?P<val>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])")
+HF_TOKEN = ISSUED_TOKENS[0][2]
 
 _NOT_SECRET = {"", "none", "null", "nil", "true", "false", "[]", "{}", "()", "0", "***", "<redacted>",
                "redacted", "<none>", "unset", "xxx", "bearer", "basic"}
@@ -173,14 +179,7 @@ class Redactor:
             (_KEYED_HINTS, KEYED, self._keyed),
             (("api-key",), HEADER_KEY, self._fixed("api_key")),
             (("bearer",), BEARER, self._fixed("bearer_token")),
-            (("hf_", "api_org_"), HF_TOKEN, self._fixed("hf_token")),
-            (("sk-",), OPENAI_KEY, self._fixed("api_key")),
-            (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), GITHUB_TOKEN, self._fixed("github_token")),
-            (("akia", "asia"), AWS_KEY_ID, self._fixed("aws_access_key_id")),
-            (("eyj",), JWT, self._fixed("jwt")),
-            (("xox",), SLACK_TOKEN, self._fixed("slack_token")),
-            (("aiza",), GOOGLE_KEY, self._fixed("google_api_key")),
-            (("nvapi-",), NVIDIA_KEY, self._fixed("nvidia_api_key")),
+            *((hints, pattern, self._fixed(kind)) for kind, hints, pattern in ISSUED_TOKENS),
             (("token", "secret", "key", "passw"), ENTROPY, self._entropy),
         )
         #: the kind of a secret the previous line ended in (a hard wrap may have cut it)

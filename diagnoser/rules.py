@@ -105,7 +105,7 @@ class Extractor:
     def tolerant(self) -> regex.Pattern[str]:
         """Compiled on first use: most extractors never need the wrap-tolerant retry."""
         if self._tolerant is None:
-            self._tolerant = like(self.pattern, _tolerant(self.pattern.pattern))
+            self._tolerant = wrap_tolerant(self.pattern)
         return self._tolerant
 
 
@@ -201,23 +201,33 @@ def derive_keywords(phrase: str) -> list[str]:
     return ranked[:3] or [phrase.lower()[:24]]
 
 
-def _tolerant(source: str) -> regex.Pattern[str]:
-    """The same regex, allowing whitespace inserted anywhere (a terminal or chat window wrapped it)."""
-    return regex.compile(f"(?:{source}){{i<=6:\\s}}", regex.BESTMATCH | regex.V0)
+def wrap_tolerant(pattern: Any) -> Any:
+    """The same regex, allowing whitespace inserted anywhere (a terminal or chat window wrapped it).
+
+    The one builder of the wrap-tolerant form, for match and extract regexes alike; bounded in time when
+    `pattern` is (a rule pack's)."""
+    flags = regex.BESTMATCH | regex.V0 | (pattern.flags & regex.IGNORECASE)
+    return like(pattern, regex.compile(f"(?:{pattern.pattern}){{i<=6:\\s}}", flags))
 
 
-def _expr_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
+def _expr_names(env: RuleSandbox, source: Any, path: str, key: str, expression: bool = True) -> set[str]:
+    """The names an expression (derive, when) or, with `expression=False`, a template (advice, fixes) reads,
+    after the sandbox's and the helper checks."""
     from .sandbox import parse_checked
 
     if not isinstance(source, str):
-        raise RuleError(path, key, f"must be an expression in a string, not {type(source).__name__}")
+        raise RuleError(path, key, f"must be {'an expression in a string' if expression else 'a template string'}, "
+                                   f"not {type(source).__name__}")
     try:
-        ast = parse_checked(env, source, expression=True)
+        ast = parse_checked(env, source, expression=expression)
     except ValueError as exc:
         raise RuleError(path, key, str(exc)) from None
     _check_helpers(env, ast, path, key)
     return _free_names(ast)
 
+
+#: Other spellings of "has a value" than `x is known` (one spelling, so a reader knows what none means).
+OTHER_HAS_A_VALUE = {"defined", "undefined", "default", "d"}
 
 #: Template names that stand for a module of helpers: `mem.max_len_that_fits(...)`, `fn.corrected_args(...)`.
 HELPER_MODULES = {"mem": "diagnoser.memory", "fn": "diagnoser.advice_functions"}
@@ -242,9 +252,16 @@ def _check_helpers(env: RuleSandbox, ast: nodes.Template, path: str, key: str) -
                 raise RuleError(path, key, f"{node.node.name}.{node.attr} is not a function or constant of "
                                            f"{HELPER_MODULES[node.node.name]}{hint}")
     for node in ast.find_all(nodes.Filter):
+        if node.name in OTHER_HAS_A_VALUE:
+            raise RuleError(path, key, f"|{node.name}(...) is not the house spelling of \"has a value\": write "
+                                       "`(x if x is known else fallback)`")
         if node.name not in env.filters:
             raise RuleError(path, key, f"unknown filter |{node.name}; the filters are tokens, gib and jinja2's")
     for node in ast.find_all(nodes.Test):
+        if node.name in OTHER_HAS_A_VALUE:
+            known = "x is not known" if node.name == "undefined" else "x is known"
+            raise RuleError(path, key, f"`is {node.name}` is not the house spelling of \"has a value\": write "
+                                       f"`{known}` (also false for none)")
         if node.name not in env.tests:
             raise RuleError(path, key, f"unknown test `is {node.name}`; use `is known` for \"has a value\"")
 
@@ -264,16 +281,7 @@ def _free_names(ast: nodes.Template) -> set[str]:
 
 
 def _template_names(env: RuleSandbox, source: Any, path: str, key: str) -> set[str]:
-    from .sandbox import parse_checked
-
-    if not isinstance(source, str):
-        raise RuleError(path, key, f"must be a template string, not {type(source).__name__}")
-    try:
-        ast = parse_checked(env, source, expression=False)
-    except ValueError as exc:
-        raise RuleError(path, key, str(exc)) from None
-    _check_helpers(env, ast, path, key)
-    return _free_names(ast)
+    return _expr_names(env, source, path, key, expression=False)
 
 
 def _check_names(names: set[str], allowed: set[str], path: str, key: str) -> None:
@@ -356,7 +364,39 @@ def _check_types(item: dict[str, Any], types: dict[str, tuple[type, ...]], path:
 
 
 def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
-    """Validate one rule document and build the Rule (`trusted`: a built-in rule, its regexes not timed)."""
+    """Validate one rule document and build the Rule (`trusted`: a built-in rule, its regexes not timed).
+
+    Each part is checked by its own function, in the order a reader meets them in the file: the header
+    (id, severity, stage), the match patterns, the extract regexes and fact types, the templates against
+    the facts the rule can produce, the fixes, the cases.
+    """
+    from .sandbox import template_env
+
+    env = template_env()
+    rid, severity, stage_list = _header(data, path)
+    patterns = [_pattern(item, env, path, f"match[{i}]", trusted)
+                for i, item in enumerate(_require(data, "match", list, path))]
+    extractors = _extractors(data, path, trusted)
+    facts, aggregate = _fact_types(data, path)
+    rule = Rule(
+        id=rid, title=_require(data, "title", str, path), severity=severity,
+        stage=stage_list[0] if stage_list else None, stage_choices=tuple(stage_list),
+        fine_stage=data.get("fine_stage"), patterns=patterns, extractors=extractors, facts=facts,
+        derive=dict(data.get("derive") or {}), when=data.get("when"), aggregate=aggregate,
+        advice=_require(data, "advice", str, path), fixes=[],
+        explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
+        cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
+        overrides=tuple(data.get("overrides") or ()),
+        keep_when=data.get("keep_when"), context=bool(data.get("context")), wrapper=bool(data.get("wrapper")),
+    )
+    produced = _check_templates(rule, env)
+    rule.fixes = [_fix(item, env, path, f"fixes[{i}]", produced) for i, item in enumerate(data.get("fixes") or [])]
+    rule.cases = _cases(data, path)
+    return rule
+
+
+def _header(data: Any, path: str) -> tuple[str, str, list[str]]:
+    """The document is a mapping of known, well-typed keys; its id, severity and stage(s)."""
     _check_mapping(data, RULE_KEYS, path, "(top)", "a rule file holds one mapping (id, title, severity, match, ...)")
     _check_types(data, RULE_KEY_TYPES, path, "")
     rid = _require(data, "id", str, path)
@@ -372,45 +412,44 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
     for s in stage_list:
         if s not in STAGES:
             raise RuleError(path, "stage", f"{s!r}; one of {', '.join(STAGES)} (or omit: taken from the log)")
-    from .sandbox import template_env
+    return rid, severity, stage_list
 
-    env = template_env()
 
-    patterns: list[Pattern] = []
-    for i, item in enumerate(_require(data, "match", list, path)):
-        key = f"match[{i}]"
-        _check_mapping(item, PATTERN_KEYS, path, key, "each match entry is a mapping with phrase: or regex:")
-        _check_types(item, PATTERN_KEY_TYPES, path, f"{key}.")
-        threshold = item.get("threshold")
-        threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
-        if not 0 <= threshold <= 100:
-            raise RuleError(path, f"{key}.threshold", "a score from 0 to 100")
-        phrase, rx, series = item.get("phrase"), item.get("regex"), item.get("series")
-        if sum(bool(x) for x in (phrase, rx, series)) != 1:
-            raise RuleError(path, key, "give exactly one of phrase:, regex: or series:")
-        if series and series not in SERIES_FACTS:
-            raise RuleError(path, f"{key}.series", f"{series!r}; one of {', '.join(SERIES_FACTS)}")
-        compiled = _compile(rx, path, f"{key}.regex", trusted) if rx else None
-        keywords = item.get("keywords") or (derive_keywords(phrase) if phrase else None)
-        if series:
-            keywords = []
-        elif not keywords:
-            raise RuleError(path, f"{key}.keywords", "a regex entry needs literal keywords: for the prefilter")
-        stages = item.get("stages")
-        if stages is not None:
-            for s in stages:
-                if s is not None and s not in STAGES:
-                    raise RuleError(path, f"{key}.stages", f"{s!r}; one of {', '.join(STAGES)} or null")
-            stages = tuple(stages)
-        when = item.get("when")
-        if when:
-            _expr_names(env, when, path, f"{key}.when")
-        patterns.append(Pattern(
-            phrase=phrase, regex=compiled, threshold=threshold,
-            keywords=[str(k) for k in keywords], generic=bool(item.get("generic")), stages=stages,
-            when=when, catalog=list(item.get("catalog") or []), series=series,
-        ))
+def _pattern(item: Any, env: RuleSandbox, path: str, key: str, trusted: bool) -> Pattern:
+    """One `match:` entry: exactly one of phrase, regex or series, with its keywords, stages and `when`."""
+    _check_mapping(item, PATTERN_KEYS, path, key, "each match entry is a mapping with phrase: or regex:")
+    _check_types(item, PATTERN_KEY_TYPES, path, f"{key}.")
+    threshold = item.get("threshold")
+    threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+    if not 0 <= threshold <= 100:
+        raise RuleError(path, f"{key}.threshold", "a score from 0 to 100")
+    phrase, rx, series = item.get("phrase"), item.get("regex"), item.get("series")
+    if sum(bool(x) for x in (phrase, rx, series)) != 1:
+        raise RuleError(path, key, "give exactly one of phrase:, regex: or series:")
+    if series and series not in SERIES_FACTS:
+        raise RuleError(path, f"{key}.series", f"{series!r}; one of {', '.join(SERIES_FACTS)}")
+    compiled = _compile(rx, path, f"{key}.regex", trusted) if rx else None
+    keywords = item.get("keywords") or (derive_keywords(phrase) if phrase else None)
+    if series:
+        keywords = []
+    elif not keywords:
+        raise RuleError(path, f"{key}.keywords", "a regex entry needs literal keywords: for the prefilter")
+    stages = item.get("stages")
+    if stages is not None:
+        for s in stages:
+            if s is not None and s not in STAGES:
+                raise RuleError(path, f"{key}.stages", f"{s!r}; one of {', '.join(STAGES)} or null")
+        stages = tuple(stages)
+    when = item.get("when")
+    if when:
+        _expr_names(env, when, path, f"{key}.when")
+    return Pattern(phrase=phrase, regex=compiled, threshold=threshold, keywords=[str(k) for k in keywords],
+                   generic=bool(item.get("generic")), stages=stages, when=when,
+                   catalog=list(item.get("catalog") or []), series=series)
 
+
+def _extractors(data: dict[str, Any], path: str, trusted: bool) -> list[Extractor]:
+    """The `extract:` regexes; each needs named groups (they become the facts)."""
     extractors = []
     for i, item in enumerate(data.get("extract") or []):
         key = f"extract[{i}]"
@@ -421,7 +460,11 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
         if not compiled.groupindex:
             raise RuleError(path, key, "an extract regex needs named groups (?P<name>...)")
         extractors.append(Extractor(compiled))
+    return extractors
 
+
+def _fact_types(data: dict[str, Any], path: str) -> tuple[dict[str, str], dict[str, str]]:
+    """`facts:` (name -> type) and `aggregate:` (name -> how hits combine), each value one the engine knows."""
     facts = dict(data.get("facts") or {})
     for name, kind in facts.items():
         if kind not in FACT_TYPES:
@@ -430,29 +473,24 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
     for name, how in aggregate.items():
         if how not in AGGREGATES:
             raise RuleError(path, f"aggregate.{name}", f"{how!r}; one of {', '.join(AGGREGATES)}")
+    return facts, aggregate
 
-    rule = Rule(
-        id=rid, title=_require(data, "title", str, path), severity=severity,
-        stage=stage_list[0] if stage_list else None, stage_choices=tuple(stage_list),
-        fine_stage=data.get("fine_stage"), patterns=patterns, extractors=extractors, facts=facts,
-        derive=dict(data.get("derive") or {}), when=data.get("when"), aggregate=aggregate,
-        advice=_require(data, "advice", str, path), fixes=[],
-        explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
-        cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
-        overrides=tuple(data.get("overrides") or ()),
-        keep_when=data.get("keep_when"), context=bool(data.get("context")), wrapper=bool(data.get("wrapper")),
-    )
-    produced = rule.produces()
-    groups = set()
-    for ex in extractors:
+
+def _check_templates(rule: Rule, env: RuleSandbox) -> set[str]:
+    """Every derive, when, keep_when and the advice names only facts the rule produces; returns those names.
+
+    A pattern's `when` that reads no derived fact is marked early (tested before deriving anything)."""
+    path = rule.path
+    groups: set[str] = set()
+    for ex in rule.extractors:
         groups |= set(ex.pattern.groupindex)
-    for p in patterns:
+    for p in rule.patterns:
         if p.regex is not None:
             groups |= set(p.regex.groupindex)
         if p.series:
             groups |= set(SERIES_FACTS[p.series])
-    produced |= groups
-    for name in facts:
+    produced = rule.produces() | groups
+    for name in rule.facts:
         if name not in groups and name not in rule.derive and name not in FILLED_FACTS:
             raise RuleError(path, f"facts.{name}", "declared but no extract regex has a group of that name")
     for name, expr in rule.derive.items():
@@ -462,27 +500,32 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
     if rule.keep_when:
         _check_names(_expr_names(env, rule.keep_when, path, "keep_when"), produced | {"line", "fine_stage"}, path,
                      "keep_when")
-    for p in patterns:
+    for p in rule.patterns:
         if p.when:
             used = _expr_names(env, p.when, path, "match.when")
             _check_names(used, produced, path, "match.when")
             p.when_early = not used & set(rule.derive)
     _check_names(_template_names(env, rule.advice, path, "advice"), produced, path, "advice")
+    return produced
 
-    for i, item in enumerate(data.get("fixes") or []):
-        key = f"fixes[{i}]"
-        _check_mapping(item, FIX_KEYS, path, key, "each fix is a mapping: flag, value, reason[, when]")
-        _check_types(item, FIX_KEY_TYPES, path, f"{key}.")
-        fix = Fix(flag=item.get("flag"), value=str(item.get("value", "")), reason=str(item.get("reason", "")),
-                  when=item.get("when"), env=item.get("env"))
-        if not fix.flag and not fix.env:
-            raise RuleError(path, f"{key}.flag", "a fix names a flag (--max-model-len) or an env variable")
-        for part, source in (("flag", fix.flag or ""), ("value", fix.value), ("reason", fix.reason)):
-            _check_names(_template_names(env, source, path, f"{key}.{part}"), produced, path, f"{key}.{part}")
-        if fix.when:
-            _check_names(_expr_names(env, fix.when, path, f"{key}.when"), produced, path, f"{key}.when")
-        rule.fixes.append(fix)
 
+def _fix(item: Any, env: RuleSandbox, path: str, key: str, produced: set[str]) -> Fix:
+    """One `fixes:` entry: a flag or an env variable, its templates naming only facts the rule produces."""
+    _check_mapping(item, FIX_KEYS, path, key, "each fix is a mapping: flag, value, reason[, when]")
+    _check_types(item, FIX_KEY_TYPES, path, f"{key}.")
+    fix = Fix(flag=item.get("flag"), value=str(item.get("value", "")), reason=str(item.get("reason", "")),
+              when=item.get("when"), env=item.get("env"))
+    if not fix.flag and not fix.env:
+        raise RuleError(path, f"{key}.flag", "a fix names a flag (--max-model-len) or an env variable")
+    for part, source in (("flag", fix.flag or ""), ("value", fix.value), ("reason", fix.reason)):
+        _check_names(_template_names(env, source, path, f"{key}.{part}"), produced, path, f"{key}.{part}")
+    if fix.when:
+        _check_names(_expr_names(env, fix.when, path, f"{key}.when"), produced, path, f"{key}.when")
+    return fix
+
+
+def _cases(data: dict[str, Any], path: str) -> dict[str, list[Any]]:
+    """`cases:` holds match cases (each a mapping with text) and at least one near-miss."""
     cases = data.get("cases")
     if not isinstance(cases, dict) or not cases.get("match"):
         raise RuleError(path, "cases", "every rule needs cases.match (lines it must match) and cases.near_miss")
@@ -496,8 +539,7 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
         _check_mapping(case, MATCH_CASE_KEYS, path, f"cases.match[{i}]", "each case is a mapping: text, facts")
         if "text" not in case:
             raise RuleError(path, f"cases.match[{i}].text", "missing: the line(s) the rule must match")
-    rule.cases = {"match": list(cases["match"]), "near_miss": list(cases["near_miss"])}
-    return rule
+    return {"match": list(cases["match"]), "near_miss": list(cases["near_miss"])}
 
 
 def load_rule_file(path: Path, trusted: bool = False) -> Rule:

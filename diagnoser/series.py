@@ -71,6 +71,23 @@ STATS_MARK = b"Avg prompt throughput"
 BLOCK_ERROR = re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b')
 
 
+#: A year-less time this far before the previous one is in the next year (a log across New Year).
+NEW_YEAR_GAP = 180 * 86400
+
+
+def vllm_time_seconds(text: str, year: int = 2000) -> float | None:
+    """vLLM's year-less header time as seconds since the epoch, in `year`: '01-18 20:15:59' -> 948226559.0
+    (year 2000, a leap year, so 02-29 parses); None for another shape or an impossible date."""
+    m = VLLM_TIME.match(text)
+    if not m:
+        return None
+    mo, d, h, mi, s = (int(g) for g in m.groups())
+    try:
+        return float(calendar.timegm((year, mo, d, h, mi, s, 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+
+
 class Clock:
     """The log's own clock -> seconds. vLLM's header has no year: a year-less clock counts from 2000 (a leap
     year, so 02-29 parses) and steps a year when the date runs backwards (a log across New Year)."""
@@ -85,15 +102,15 @@ class Clock:
     def of_line(self, line: Line) -> float | None:
         """One clock for the whole log, chosen by its first timed line: vLLM's own header time (the same
         whatever shipper wrapped the line), else a shipper's ISO time (which carries the year)."""
-        m = VLLM_TIME.match(line.timestamp) if line.timestamp and self.source != "iso" else None
-        if m:
+        if line.timestamp and self.source != "iso" and VLLM_TIME.match(line.timestamp):
             self.source = "vllm"
-            mo, d, h, mi, s = (int(g) for g in m.groups())
             before = self._last
-            t = self._stamp(self._year, mo, d, h, mi, s)
-            if t is not None and before is not None and t < before - 180 * 86400:
+            t = vllm_time_seconds(line.timestamp, self._year)
+            if t is not None and before is not None and t < before - NEW_YEAR_GAP:
                 self._year += 1
-                t = self._stamp(self._year, mo, d, h, mi, s)
+                t = vllm_time_seconds(line.timestamp, self._year)
+            if t is not None:
+                self._last = t
             return t
         m = ISO_TIME.match(line.raw) if self.source != "vllm" else None
         if m:

@@ -8,7 +8,8 @@ STAGES: tuple[str, ...] = ("cli", "config", "loading", "startup", "warmup", "ser
 FINE_TO_STAGE: dict[str, str] = {
     "arg_parsing": "cli",
     "config": "config",
-    "worker_init": "config",
+    # the workers start once the engine has its config: device checks (dtype, free memory) are start-up
+    "worker_init": "startup",
     "model_init": "loading",
     "weight_loading": "loading",
     "distributed_init": "startup",

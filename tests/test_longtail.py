@@ -35,6 +35,21 @@ def test_an_unknown_error_in_distributed_init_is_at_startup_not_config():
     assert (f.rule.id, f.stage, f.fine_stage) == ("unrecognized-failure", "startup", "distributed_init")
 
 
+def test_a_worker_device_check_is_at_startup_not_config():
+    # init_device runs in the worker once the engine has its config (the config line is already printed)
+    log = ENGINE + frames("VllmWorker TP0 pid=300", "init_worker", "init_device") + \
+        "(VllmWorker TP0 pid=300) RuntimeError: Cannot access accelerator device when none is available.\n" + WRAPPER
+    f = diagnose_text(log).findings[0]
+    assert (f.stage, f.fine_stage) == ("startup", "worker_init")
+
+
+def test_a_config_check_before_the_engine_starts_stays_config():
+    log = frames("APIServer pid=1", "create_engine_config", "__post_init__") + \
+        "(APIServer pid=1) RuntimeError: Something in the engine arguments cannot be combined\n"
+    f = diagnose_text(log).findings[0]
+    assert (f.rule.id, f.stage) == ("unrecognized-failure", "config")
+
+
 def test_an_unknown_error_inside_engine_start_up_frames_is_at_startup():
     log = frames("EngineCore_DP0 pid=240", "run_engine_core", "__init__") + \
         "(EngineCore_DP0 pid=240) AttributeError: 'Tokenizer' object has no attribute 'vocab_files_names'\n"
@@ -105,6 +120,8 @@ def test_ctrl_c_while_loading_is_interrupted_at_loading_and_its_echo_is_not_a_cr
 def test_advice_helpers():
     assert fn.seconds_between("12-31 23:59:50", "12-31 23:59:59") == 9
     assert fn.seconds_between("06-01 10:00:00", None) is None
+    assert fn.seconds_between("12-31 23:59:00", "01-01 00:01:00") == 120  # across New Year, as series.Clock reads it
+    assert fn.seconds_between("01-18 20:15:59", "01-18 20:00:00") is None  # an end before the start
     assert fn.duration(7384) == "2 h 3 min"
     assert fn.cuda_of_driver(12080) == "12.8" and fn.cuda_of_driver("x") is None
     assert fn.driver_for_cuda("12.8") == "570.26" and fn.driver_for_cuda("99.0") is None

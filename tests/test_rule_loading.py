@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
-
 import pytest
 
 from diagnoser.rules import RuleError, load_rule_file, load_rules
+from tests.rulepack import demo_rule
+from tests.rulepack import write_rule as write
 
-GOOD = """\
-id: demo-rule
-title: Demo
-severity: error
-stage: startup
-match:
-  - phrase: "the demo engine exploded loudly"
-extract:
-  - 'exploded with (?P<count>\\d+) sparks'
-facts:
-  count: int
-advice: "{% if count is defined %}{{ count }} sparks{% endif %}"
-explanation: Demo.
-cases:
-  match:
-    - text: "the demo engine exploded loudly with 3 sparks"
-  near_miss:
-    - "the demo engine is fine"
-"""
-
-
-def write(tmp_path: Path, text: str, name: str = "demo-rule.yaml") -> Path:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text))
-    return p
+GOOD = demo_rule()
 
 
 def test_good_rule_loads(tmp_path):
@@ -45,11 +20,12 @@ def test_good_rule_loads(tmp_path):
     (lambda s: s.replace("severity: error", "severity: fatal"), "severity"),
     (lambda s: s + "colour: red\n", "colour"),
     (lambda s: s.replace("(?P<count>\\d+)", "(?P<count>\\d+"), "extract[0]"),
-    (lambda s: s.replace("{{ count }}", "{{ sparkles }}"), "advice"),
+    (lambda s: s.replace("{{ count | tokens }}", "{{ sparkles }}"), "advice"),
     (lambda s: s.split("cases:")[0], "cases"),
     (lambda s: s.replace("id: demo-rule", "id: Demo_Rule"), "id"),
     (lambda s: s.replace("stage: startup", "stage: launch"), "stage"),
-    (lambda s: s.replace("  near_miss:\n    - \"the demo engine is fine\"\n", ""), "cases.near_miss"),
+    (lambda s: s.replace("  near_miss:\n    - name: a quiet engine\n      text: \"the demo engine is fine\"\n",
+                       "  near_miss: []\n"), "cases.near_miss"),
 ])
 def test_bad_rule_names_file_and_key(tmp_path, mutate, key):
     path = write(tmp_path, mutate(GOOD))

@@ -4,45 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from diagnoser.rules import RuleError, builtin_rules, load_rule_file, load_rules
 from diagnoser.selftest import case_results, run_cases
+from tests.rulepack import demo_rule
+from tests.rulepack import write_rule as write
 
-PACK = """\
-id: demo-rule
-title: Demo
-severity: error
-stage: startup
-match:
-  - phrase: "the demo engine exploded loudly"
-extract:
-  - 'exploded loudly with (?P<count>\\d+) sparks'
-facts:
-  count: int
-derive:
-  gib: "mem.GIB / 2"
-advice: "{% if count is known %}{{ count | tokens }} sparks{% endif %}"
-explanation: Demo.
-cases:
-  match:
-    - name: three sparks
-      text: "the demo engine exploded loudly with 3 sparks"
-      facts: {count: 3}
-      line: 1
-  near_miss:
-    - name: a quiet engine
-      text: "the demo engine is fine"
-"""
-
-
-def write(folder: Path, text: str, name: str = "demo-rule.yaml") -> Path:
-    p = folder / name
-    p.write_text(textwrap.dedent(text))
-    return p
+PACK = demo_rule(derive='\n  gib: "mem.GIB / 2"')
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess:
@@ -145,3 +116,55 @@ def test_every_shipped_rule_validates_against_the_published_schema():
         assert errors == [], f"{path.name}: {errors[:3]}"
     bad = yaml.safe_load(PACK.replace("severity: error", "severity: fatal"))
     assert not validator.is_valid(bad)
+
+
+def test_a_pattern_no_named_case_exercises_fails_naming_file_index_and_fix(tmp_path):
+    text = PACK.replace('  - phrase: "the demo engine exploded loudly"\n',
+                        '  - phrase: "the demo engine exploded loudly"\n'
+                        "  - regex: 'demo engine melted'\n    keywords: [\"demo engine melted\"]\n")
+    path = write(tmp_path, text)
+    failures = run_cases(load_rule_file(path))
+    assert failures == [f"{path}: match[1] (regex 'demo engine melted'): no case hits through it: add a named "
+                        "cases.match entry with a line this pattern matches"]
+    unnamed = text.replace("  near_miss:\n", '    - text: "the demo engine melted"\n  near_miss:\n')
+    failures = run_cases(load_rule_file(write(tmp_path, unnamed)))
+    assert len(failures) == 1 and "match[1]" in failures[0] and "give one of them a name:" in failures[0]
+    named = unnamed.replace('    - text: "the demo engine melted"', '    - name: melted\n      text: "the demo engine melted"')
+    assert run_cases(load_rule_file(write(tmp_path, named))) == []
+
+
+def test_a_pattern_a_sibling_always_beats_is_reported_with_the_sibling(tmp_path):
+    # both patterns match the only case; the first listed wins the line, so the second is never the reason
+    text = PACK.replace('  - phrase: "the demo engine exploded loudly"\n',
+                        '  - phrase: "the demo engine exploded loudly"\n'
+                        "  - regex: 'exploded loudly'\n    keywords: [\"exploded loudly\"]\n")
+    path = write(tmp_path, text)
+    (failure,) = run_cases(load_rule_file(path))
+    assert failure.startswith(f"{path}: match[1] (regex 'exploded loudly'): three sparks (cases.match[0]) "
+                              "(credited to match[0]) match it alone, but a sibling pattern wins")
+    assert "or remove the pattern" in failure
+
+
+def test_rules_test_prints_an_unexercised_pattern(tmp_path):
+    write(tmp_path, PACK.replace('  - phrase: "the demo engine exploded loudly"\n',
+                                 '  - phrase: "the demo engine exploded loudly"\n'
+                                 "  - regex: 'demo engine melted'\n    keywords: [\"demo engine melted\"]\n"))
+    res = doctor("rules", "--test", str(tmp_path))
+    assert res.returncode == 1
+    assert "FAIL  demo-rule: match[1] coverage" in res.stdout and "demo-rule.yaml: match[1]" in res.stdout
+    assert res.stdout.strip().endswith("2 passed, 1 failed")
+
+
+
+@pytest.mark.parametrize("spelling, says", [
+    ('gib: "count if count is defined else 0"', "`is defined` is not the house spelling"),
+    ('gib: "count if count is not undefined else 0"', "`is undefined` is not the house spelling"),
+    ('gib: "ctx.max_model_len|default(0)"', "|default(...) is not the house spelling"),
+    ('gib: "ctx.max_model_len | d(0)"', "|d(...) is not the house spelling"),
+])
+def test_only_is_known_spells_has_a_value(tmp_path, spelling, says):
+    path = write(tmp_path, PACK.replace('gib: "mem.GIB / 2"', spelling))
+    with pytest.raises(RuleError) as err:
+        load_rule_file(path)
+    assert str(err.value).startswith(f"{path}: derive.gib: ") and says in str(err.value)
+    assert "known" in str(err.value)

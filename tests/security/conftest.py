@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.rulepack import demo_rule
 
 #: A log line that every test rule below matches.
 TRIGGER = "ERROR 08-21 14:04:41 [core.py:700] the demo engine exploded loudly with 3 sparks\n"
@@ -18,29 +18,7 @@ TRIGGER = "ERROR 08-21 14:04:41 [core.py:700] the demo engine exploded loudly wi
 
 def rule_text(advice: str = "boom", **extra: str) -> str:
     """A valid rule file (id demo-attack) with the given advice and extra top-level YAML."""
-    body = f"""\
-    id: demo-attack
-    title: Demo attack
-    severity: error
-    stage: startup
-    match:
-      - phrase: "the demo engine exploded loudly"
-    extract:
-      - 'exploded loudly with (?P<count>\\d+) sparks'
-    facts:
-      count: int
-    advice: {json.dumps(advice)}
-    explanation: Demo.
-    cases:
-      match:
-        - text: "the demo engine exploded loudly with 3 sparks"
-      near_miss:
-        - "the demo engine is fine"
-    """
-    text = textwrap.dedent(body)
-    for key, value in extra.items():
-        text += f"{key}: {value}\n"
-    return text
+    return demo_rule("demo-attack", advice, **extra)
 
 
 def run_doctor(*args: str, stdin: bytes | str = b"", cwd: Path | None = None, timeout: float = 60,
