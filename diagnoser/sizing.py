@@ -181,14 +181,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     quant = inp.quantization if inp.quantization is not None else arch.quantization
     bits = inp.quant_bits if inp.quant_bits is not None else (arch.quant_bits if quant == arch.quantization
                                                                else None)
-    sources: dict[str, str] = {}
+    sources: dict[str, str] = {"weights": "given" if inp.weights is not None else "estimated"}
     budget = inp.gpu_bytes * util
-    if inp.weights is not None:
-        weights = float(inp.weights)
-        sources["weights"] = "given"
-    else:
-        weights = float(weight_bytes(arch, mdb, quant, bits, tp, pp))
-        sources["weights"] = "estimated"
+    weights = float(inp.weights) if inp.weights is not None else float(weight_bytes(arch, mdb, quant, bits, tp, pp))
     weights = max(0.0, weights - inp.cpu_offload_bytes)
     v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
     act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked,
@@ -203,18 +198,10 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine))
     in_budget = graphs_budgeted(v)
-    if inp.overhead is not None:
-        overhead = float(inp.overhead)
-        sources["overhead"] = "given"
-    else:
-        overhead = act + ntm + (graphs if in_budget else 0.0)
-        sources["overhead"] = "estimated"
-    if inp.kv_cache_bytes is not None:
-        kv_room = float(inp.kv_cache_bytes)
-        sources["kv_cache"] = "measured"
-    else:
-        kv_room = budget - weights - overhead
-        sources["kv_cache"] = "computed"
+    sources["overhead"] = "given" if inp.overhead is not None else "estimated"
+    overhead = float(inp.overhead) if inp.overhead is not None else act + ntm + (graphs if in_budget else 0.0)
+    sources["kv_cache"] = "measured" if inp.kv_cache_bytes is not None else "computed"
+    kv_room = float(inp.kv_cache_bytes) if inp.kv_cache_bytes is not None else budget - weights - overhead
     per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
     # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
     # patterns as full attention
