@@ -39,6 +39,9 @@ LATEST_VERSION = releases.latest()
 
 Version = tuple[int, int, int]
 
+#: The recurrent-state layer kinds, as the assumptions name them.
+STATE_NAMES = {"gated_delta_net": "Gated DeltaNet", "mamba1": "Mamba-1", "mamba2": "Mamba-2"}
+
 
 # --- coefficients and switches by release (data/releases.yaml) -------------------------------------------------
 
@@ -436,7 +439,8 @@ def physics_assumptions(res: PlanResult) -> list[str]:
         n_att = sum(1 for k in a.kinds() if k in ("full", "sliding"))
         ssm_b = ssm_state_bytes(a, inp.mamba_ssm_cache_dtype, res.model_dtype_bytes)
         state = state_bytes_per_layer(a, tp, res.model_dtype_bytes, ssm_b)
-        head = (f"hybrid {a.state_kind.replace('_', ' ')}: {n_att} of {a.layers} layers cache KV; {n_state} keep a "
+        head = (f"hybrid {STATE_NAMES.get(a.state_kind, a.state_kind)}: {n_att} of {a.layers} layers cache KV; "
+                f"{n_state} keep a "
                 f"{state / MIB:.2f} MiB state per sequence and layer (SSM state {ssm_b:g} bytes per element)")
         if res.state_pages:
             out.append(f"{head}; vLLM unifies the pages (attention block {res.block_size} tokens), "

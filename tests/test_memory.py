@@ -330,7 +330,7 @@ def test_hybrid_linear_attention_state_and_page_unification():
     naive = mem.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
     assert 0 < res.kv_cache_tokens < naive  # state pages count: fewer tokens than attention alone suggests
     assert res.kv_cache_tokens == int(res.max_concurrency * 32768)  # 0.22+: concurrency x length
-    assert any("hybrid gated delta net" in line for line in sizing.physics_assumptions(res))
+    assert any("hybrid Gated DeltaNet" in line for line in sizing.physics_assumptions(res))
 
 
 def test_hybrid_token_count_by_release_and_prefix_caching():
@@ -379,6 +379,8 @@ def test_mamba_state_and_layouts():
     v1 = sizing.plan_memory(_inp("nemotron-h-8b", version=(0, 24, 0), max_model_len=8192))
     assert v1.state_pages == 1 and v1.block_size == mem.hybrid_block_size(nemo)
     assert v1.kv_cache_tokens == int(v1.max_concurrency * 8192)
+    assert any(line.startswith("hybrid Mamba-2: 4 of 52 layers") for line in sizing.physics_assumptions(v1))
+    assert any("outside the KV cache" in line for line in sizing.physics_assumptions(v0))
 
 
 def test_hybrid_from_config_json():
@@ -425,3 +427,28 @@ def test_hybrid_startups_after_0_19_reproduce_vllms_tokens():
         assert naive > 0.05, pid  # attention layers alone promise more tokens than vLLM gives
         inp = sizing.with_changes(bench.plan_input(pair["config"]), kv_cache_bytes=pair["measured"]["kv_cache_gib"] * GIB)
         assert sizing.plan_memory(inp).max_concurrency == pytest.approx(pair["measured"]["max_concurrency"], abs=0.006)
+
+
+def test_docstring_examples_of_the_arithmetic_hold():
+    import doctest
+
+    from diagnoser import units
+
+    for module in (mem, sizing, units):
+        assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_memory_keeps_only_arithmetic():
+    # the split of issue 14: no release lookups, no log parsing, no plan orchestration defined in memory.py
+    import inspect
+
+    from diagnoser import units
+
+    source = inspect.getsource(mem)
+    assert "import releases" not in source and "from . import releases" not in source
+    assert "def log_size_gib" not in source and "def plan_memory" not in source
+    # moved names stay importable from memory.py (lazily) until plan/ imports the new homes
+    assert mem.plan_memory is sizing.plan_memory and mem.version_tuple is releases.parse_version
+    assert mem.log_size_gib is units.log_size_gib
+    with pytest.raises(AttributeError):
+        _ = mem.mla_kv_bytes_per_token
