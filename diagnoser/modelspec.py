@@ -285,6 +285,10 @@ CONFIG_BOUNDS: dict[str, tuple[int, int]] = {
                      "experts_per_token", "moe_topk", "n_shared_experts", "num_shared_experts",
                      "first_k_dense_replace"), (0, 100_000)),
     **dict.fromkeys(("moe_layer_freq", "decoder_sparse_step", "sliding_window_pattern"), (1, 10_000)),
+    **dict.fromkeys(("mamba_num_heads", "mamba_n_heads", "mamba_head_dim", "mamba_d_head", "ssm_state_size",
+                     "mamba_d_state", "n_groups", "mamba_n_groups", "conv_kernel", "mamba_d_conv", "mamba_expand",
+                     "attn_layer_period", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                     "linear_value_head_dim", "linear_conv_kernel_dim", "full_attention_interval"), (1, 1 << 20)),
     "sliding_window": (0, 1_000_000_000),
 }
 MAX_CONFIG_BYTES = 16 << 20
@@ -318,6 +322,11 @@ def read_config(path: Path, ref: str) -> dict[str, Any]:
         layer_types = section.get("layer_types")
         if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) > 10_000):
             raise SpecError(f"{ref}: {prefix}layer_types: must be a list of at most 10,000 layer kinds")
+        pattern = section.get("hybrid_override_pattern")
+        layers = section.get("num_hidden_layers")
+        if pattern is not None and (not isinstance(pattern, str) or len(pattern) != layers):
+            raise SpecError(f"{ref}: {prefix}hybrid_override_pattern: must be a string of one letter per layer "
+                            f"(num_hidden_layers = {layers})")
     return config
 
 

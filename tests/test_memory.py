@@ -452,3 +452,44 @@ def test_memory_keeps_only_arithmetic():
     assert mem.log_size_gib is units.log_size_gib
     with pytest.raises(AttributeError):
         _ = mem.mla_kv_bytes_per_token
+
+
+def test_mamba_hybrids_from_config_json():
+    # nvidia/Nemotron-H-8B-Base-8K and ai21labs/Jamba-v0.1 config.json fields (trimmed)
+    nemo = arch_from_config({
+        "model_type": "nemotron_h", "num_hidden_layers": 52, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 21504, "vocab_size": 131072,
+        "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", "mamba_num_heads": 128,
+        "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "expand": 2,
+        "mlp_hidden_act": "relu2", "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}, "nemo")
+    assert nemo.state_kind == "mamba2" and nemo.mlp_matrices == 2
+    assert mem.state_bytes_per_layer(nemo) == mem.state_bytes_per_layer(arch("nemotron-h-8b"))
+    assert nemo.kinds() == arch("nemotron-h-8b").kinds()
+    jamba = arch_from_config({
+        "model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 65536, "attn_layer_offset": 4,
+        "attn_layer_period": 8, "mamba_d_conv": 4, "mamba_d_state": 16, "mamba_expand": 2,
+        "num_experts": 16, "num_experts_per_tok": 2, "torch_dtype": "bfloat16"}, "jamba")
+    assert jamba.state_kind == "mamba1" and jamba.kinds() == arch("jamba-v0.1").kinds()
+    assert mem.state_bytes_per_layer(jamba) == (8192 * 3 + 8192 * 16) * 2
+    # a Qwen3.5 config fixes its SSM state dtype
+    qwen = arch_from_config({
+        "model_type": "qwen3_5_text", "num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "head_dim": 256, "intermediate_size": 3584, "vocab_size": 248320,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
+        "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": 16,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "mamba_ssm_dtype": "float32"}, "q")
+    assert qwen.ssm_dtype == "float32" and qwen.kinds().count("full") == 2
+
+
+def test_hostile_hybrid_configs_are_refused_by_name(tmp_path):
+    from diagnoser.modelspec import SpecError
+
+    base = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+            "intermediate_size": 128}
+    for extra, key in (({"hybrid_override_pattern": "M*" * 5000}, "hybrid_override_pattern"),
+                       ({"mamba_num_heads": 0}, "mamba_num_heads"), ({"ssm_state_size": 1e300}, "ssm_state_size")):
+        path = tmp_path / "config.json"
+        path.write_text(__import__("json").dumps({**base, **extra}))
+        with pytest.raises(SpecError, match=key):
+            load_model(str(path))
