@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from diagnoser import memory as mem
+from diagnoser import releases, sizing
 from diagnoser.modelspec import load_gpu, load_model
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "startup_measurements.yaml"
@@ -38,7 +39,7 @@ def load(path: Path = DATA) -> dict[str, Any]:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
-def plan_input(config: dict[str, Any]) -> mem.PlanInput:
+def plan_input(config: dict[str, Any]) -> sizing.PlanInput:
     """A pair's configuration -> the planner's input (estimates only)."""
     spec = load_model(config["model"])
     gpu_bytes, gpu_name = 0.0, ""
@@ -47,14 +48,17 @@ def plan_input(config: dict[str, Any]) -> mem.PlanInput:
         gpu_bytes, gpu_name = gpu.memory_bytes, gpu.name
     if config.get("gpu_memory_gib"):
         gpu_bytes = float(config["gpu_memory_gib"]) * mem.GIB
-    return mem.PlanInput(
+    return sizing.PlanInput(
         arch=spec.arch, gpu_bytes=gpu_bytes, gpu_name=gpu_name,
+        max_num_seqs=config.get("max_num_seqs"), max_num_batched_tokens=config.get("max_num_batched_tokens"),
+        enable_prefix_caching=config.get("enable_prefix_caching"),
+        mamba_ssm_cache_dtype=config.get("mamba_ssm_cache_dtype"),
         gpu_memory_utilization=config.get("gpu_memory_utilization"), max_model_len=config.get("max_model_len"),
         dtype=config.get("dtype", "auto"), tensor_parallel_size=int(config.get("tensor_parallel_size", 1)),
         pipeline_parallel_size=int(config.get("pipeline_parallel_size", 1)),
         kv_cache_dtype=config.get("kv_cache_dtype", "auto"), quantization=config.get("quantization"),
         flashinfer=config.get("flashinfer"), custom_all_reduce=config.get("custom_all_reduce"),
-        version=mem.version_tuple(str(config.get("vllm_version", "latest"))), engine=config.get("engine"),
+        version=releases.parse_version(str(config.get("vllm_version", "latest"))), engine=config.get("engine"),
     )
 
 
@@ -69,7 +73,7 @@ LLMD_ACTIVATION_GIB = {"llama": 4.8, "mistral": 4.8, "qwen": 5.6, "gemma": 5.5, 
 LLMD_NON_TORCH_GIB = (0.15, 0.6)
 
 
-def llmd_activation_gib(res: mem.PlanResult) -> float:
+def llmd_activation_gib(res: sizing.PlanResult) -> float:
     """llm-d-planner's per-architecture activation constant for a planned model."""
     name = res.inp.arch.name.lower()
     if res.inp.arch.is_moe:
@@ -94,7 +98,7 @@ def seed_activation(arch: mem.ArchSpec, batched: int, seqs: int, tp: int, act_by
     return max(batched * per_token * act_bytes, seqs * arch.vocab_size * 39.0)
 
 
-def formulas(res: mem.PlanResult) -> dict[str, float]:
+def formulas(res: sizing.PlanResult) -> dict[str, float]:
     """KV bytes by each formula for one plan: the planner's, the checklist's and llm-d-planner's."""
     inp = res.inp
     budget = inp.gpu_bytes * res.gpu_memory_utilization
@@ -111,7 +115,7 @@ def kv_errors(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Per KV pair: id, unit ('tokens' or 'GiB'), measured value, and each formula's estimate and error."""
     out = []
     for pair in data["kv_pairs"]:
-        res = mem.plan_memory(plan_input(pair["config"]))
+        res = sizing.plan_memory(plan_input(pair["config"]))
         measured = pair["measured"]
         row: dict[str, Any] = {"id": pair["id"], "estimates": {}, "errors": {}}
         for name, kv_bytes in formulas(res).items():
@@ -135,7 +139,7 @@ def weight_errors(data: dict[str, Any]) -> list[tuple[str, float, float, float]]
             w = pair["measured"].get("weights_gib")
             if w is None:
                 continue
-            res = mem.plan_memory(plan_input({"gpu": "H100-80GB", **pair["config"]}))
+            res = sizing.plan_memory(plan_input({"gpu": "H100-80GB", **pair["config"]}))
             est = res.weights_bytes / mem.GIB
             out.append((pair["id"], est, float(w), rel(est, float(w))))
     return out
@@ -145,10 +149,26 @@ def request_errors(data: dict[str, Any]) -> list[tuple[str, float, float, float]
     """(id, estimated GiB, measured GiB, relative error) of one request's KV need."""
     out = []
     for pair in data.get("request_pairs", []):
-        res = mem.plan_memory(plan_input({"gpu": "H100-80GB", **pair["config"]}))
+        res = sizing.plan_memory(plan_input({"gpu": "H100-80GB", **pair["config"]}))
         est = res.request_kv_bytes / mem.GIB
         m = float(pair["measured"]["request_kv_gib"])
         out.append((pair["id"], est, m, rel(est, m)))
+    return out
+
+
+def token_errors(data: dict[str, Any]) -> list[tuple[str, float, float, float, float]]:
+    """(id, estimated tokens, printed tokens, relative error, error of the attention-only count) given vLLM's
+    own KV memory: the cache layout alone. The attention-only count (KV memory / attention bytes per token, what
+    a planner without the state pages, groups and release formula promises) is shown beside it."""
+    out = []
+    for pair in data.get("token_pairs", []):
+        m = pair["measured"]
+        inp = sizing.with_changes(plan_input(pair["config"]), kv_cache_bytes=float(m["kv_cache_gib"]) * mem.GIB)
+        res = sizing.plan_memory(inp)
+        printed = float(m["kv_cache_tokens"])
+        naive = mem.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
+        out.append((pair["id"], float(res.kv_cache_tokens), printed, rel(res.kv_cache_tokens, printed),
+                    rel(naive, printed)))
     return out
 
 
@@ -199,6 +219,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{pid:42s} {est:>10.2f} GiB {measured:>8.2f} GiB {err:>+8.1%}")
     med, p90, worst = summary([r[3] for r in wrows])
     print(f"Weights over {len(wrows)} pairs: median error {med:.1%}, p90 {p90:.1%}, worst {worst:.1%}\n")
+    trows = token_errors(data)
+    for pid, est, measured, err, naive in trows:
+        print(f"{pid:42s} {est:>10,.0f} tok {measured:>10,.0f} tok {err:>+8.1%}  attention-only {naive:>+7.1%}"
+              "  (tokens from vLLM's KV memory)")
+    if trows:
+        med, _, worst = summary([r[3] for r in trows])
+        nmed, _, nworst = summary([r[4] for r in trows])
+        print(f"Tokens from the printed KV memory over {len(trows)} hybrid pairs: median error {med:.1%}, worst "
+              f"{worst:.1%} (attention-only count: median {nmed:.1%}, worst {nworst:.1%})\n")
     for pid, est, measured, err in request_errors(data):
         print(f"{pid:42s} {est:>10.2f} GiB {measured:>8.2f} GiB {err:>+8.1%}  (one request's KV need)")
     return 0

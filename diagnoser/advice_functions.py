@@ -12,7 +12,7 @@ from typing import Any
 
 from rapidfuzz import fuzz, process
 
-from . import datafiles, flags, memory, serve_args
+from . import datafiles, flags, memory, releases, serve_args, units
 from .modelspec import SpecError, load_model, model_names
 
 
@@ -183,7 +183,7 @@ def process_memory(text: str | None, torch_allocated_gib: float | None = None) -
     this_pid: int | None = None
     others: list[tuple[int, float]] = []
     for m in _PROC_USE.finditer(text or ""):
-        size = memory.log_size_gib(m.group("size"))
+        size = units.log_size_gib(m.group("size"))
         if size is None:
             continue
         if m.group("me"):
@@ -428,4 +428,4 @@ def version_at_least(version: str | None, minimum: str) -> bool | None:
     """Whether a vLLM version is `minimum` or newer: ('0.11.0', '0.11') -> True; unknown -> None."""
     if not version:
         return None
-    return memory.version_tuple(version) >= memory.version_tuple(minimum)
+    return releases.parse_version(version) >= releases.parse_version(minimum)

@@ -19,7 +19,7 @@ from typing import Any
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
-from . import memory
+from . import memory, units
 from .keywords import KeywordIndex
 from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, wrap_tolerant
@@ -58,7 +58,7 @@ def type_fact(kind: str | None, raw: str) -> Any:
     if kind == "list":
         return [p.strip(" '\"") for p in re.split(r"[,\s]+", raw) if p.strip(" '\"")]
     if kind in ("size",):
-        return memory.log_size_gib(raw)
+        return units.log_size_gib(raw)
     if kind == "bytes":
         n = to_number(raw.replace(" ", ""))
         return None if n is None else n / memory.GIB

@@ -1,18 +1,18 @@
-"""Memory arithmetic shared by the log advice and the planner.
+"""Memory arithmetic shared by the log advice and the planner: pure functions over numbers.
 
 vLLM sizes the KV cache as: budget = GPU memory x utilization; KV room = budget - weights - overhead;
 tokens = room / bytes per token. Every number the doctor recommends comes from these functions, so the
-advice printed for a log and the figures `plan` predicts can never disagree.
+advice printed for a log and the figures `plan` predicts can never disagree. Nothing here reads a file, a
+release default or a flag: the coefficients a release sets come in as arguments (sizing.py looks them up in
+releases.py), and reading sizes out of log text is units.py's job.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
-
-from . import releases
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -21,24 +21,6 @@ GB = 10**9
 #: vLLM rounds nothing, but operators think in powers of two: suggested lengths are multiples of this.
 LEN_STEP = 1024
 
-
-#: Units as vLLM and PyTorch print them in logs. vLLM's "GB" is bytes / 2^30, so GB counts as GiB here
-#: (unlike `plan --gpu-memory 24GB`, where a person means 10^9).
-LOG_UNIT_GIB = {"b": 1 / GIB, "bytes": 1 / GIB, "kib": 1 / MIB, "kb": 1 / MIB, "mib": 1 / 1024, "mb": 1 / 1024,
-                "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
-_LOG_SIZE = re.compile(r"(-?[\d.,\s]+)\s*([KMGT]?i?B|bytes)?", re.IGNORECASE)
-
-
-def log_size_gib(text: str) -> float | None:
-    """'896.00 MiB' -> 0.875; '16.00 GiB' -> 16.0; '12345678 bytes' -> GiB; no unit -> GiB. None if not a size."""
-    m = _LOG_SIZE.fullmatch(text.strip())
-    if not m:
-        return None
-    try:
-        number = float(re.sub(r"[,\s]", "", m.group(1)))
-    except ValueError:
-        return None
-    return number * LOG_UNIT_GIB.get((m.group(2) or "gib").lower(), 1.0)
 
 
 def round_down(value: float, step: int = LEN_STEP) -> int:
@@ -152,15 +134,6 @@ NO_P2P_GPUS = re.compile(r"geforce|rtx ?[2-5]0[5-9]0|titan", re.IGNORECASE)
 #: graphs keep per-layer buffers). Observed 'Graph capturing finished ... took' figures are 0.2-0.5 GiB.
 CUDA_GRAPH_BASE = 0.10 * GIB
 CUDA_GRAPH_PER_LAYER = 0.006 * GIB
-#: The release whose defaults the planner assumes when none is given.
-LATEST_VERSION = releases.latest()
-
-
-def version_tuple(version: str | tuple[int, ...] | None) -> tuple[int, int, int]:
-    """'0.7.3' -> (0, 7, 3); 'latest' or None -> LATEST_VERSION (releases.parse_version)."""
-    return releases.parse_version(version)
-
-
 def dtype_bytes(dtype: str | None, default: float = 2) -> float:
     """Bytes per element of a torch dtype name ('bfloat16', 'torch.float16', 'auto' -> default)."""
     if not dtype:
@@ -201,6 +174,22 @@ def format_gib(num_bytes: float) -> str:
     return f"{round(num_bytes / GIB, 2)}"
 
 
+def layer_kind(name: str) -> str:
+    """A config.json layer type or a Nemotron-H pattern letter -> 'full', 'sliding', 'linear' or 'none'.
+
+    >>> [layer_kind(t) for t in ("linear_attention", "sliding_attention", "M", "*", "-", "E", "mamba")]
+    ['linear', 'sliding', 'linear', 'full', 'none', 'none', 'linear']
+    """
+    t = name.lower()
+    if t in ("m", "mamba") or "linear" in t or t == "ssm":
+        return "linear"
+    if t in ("-", "e", "mlp", "moe", "none"):
+        return "none"
+    if "sliding" in t or "local" in t:
+        return "sliding"
+    return "full"
+
+
 @dataclass
 class ArchSpec:
     """The numbers of a model's config.json that the memory arithmetic needs (text model only)."""
@@ -237,9 +226,14 @@ class ArchSpec:
     quantization: str | None = None
     quant_bits: float | None = None
     extra_params: int = 0  # parameters outside the text model (a vision tower), loaded with the weights
-    # linear attention (Gated DeltaNet / Mamba-2 style): every `interval`-th layer is full attention, the others
-    # keep a fixed recurrent state per sequence: key_heads, value_heads, key_dim, value_dim, conv_kernel
+    # recurrent-state layers (hybrid models): `state_kind` 'gated_delta_net' (key_heads, value_heads, key_dim,
+    # value_dim, conv_kernel), 'mamba1' (d_inner, d_state, conv_kernel) or 'mamba2' (d_inner, d_state, n_groups,
+    # heads, head_dim, conv_kernel); the layout is `layer_types` ('linear' / 'full' / 'none' per layer) or every
+    # `interval`-th layer, from `offset` (default interval - 1), is full attention
     linear_attention: dict[str, int] | None = None
+    state_kind: str = "gated_delta_net"
+    ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it (Qwen3.5: float32)
+    mlp_matrices: int = 3  # gate, up and down (SwiGLU); 2 for a plain up/down MLP (Nemotron-H's relu2)
     vision: dict[str, int] | None = None  # vision encoder: hidden_size, intermediate_size, tokens_per_item,
     #                                       patches_per_item, patch_pixels (models.yaml `vision`)
     params_b: float | None = None  # published total, for cross-checks only
@@ -263,12 +257,14 @@ class ArchSpec:
         return bool(self.linear_attention)
 
     def kinds(self) -> list[str]:
-        """'full', 'sliding' or 'linear' (a recurrent-state layer) for every layer."""
+        """'full', 'sliding', 'linear' (a recurrent-state layer: Gated DeltaNet or Mamba) or 'none' (an
+        MLP-only layer, no cache) for every layer."""
+        if self.layer_types:
+            return [layer_kind(t) for t in self.layer_types]
         if self.linear_attention:
             every = max(1, int(self.linear_attention.get("interval") or 4))
-            return ["full" if (i + 1) % every == 0 else "linear" for i in range(self.layers)]
-        if self.layer_types:
-            return ["sliding" if "sliding" in t or "local" in t else "full" for t in self.layer_types]
+            offset = int(self.linear_attention.get("offset", every - 1))
+            return ["full" if i % every == offset else "linear" for i in range(self.layers)]
         if self.sliding_window:
             return ["sliding"] * self.layers
         return ["full"] * self.layers
@@ -291,34 +287,149 @@ def stage_kinds(arch: ArchSpec, pp: int = 1) -> list[str]:
 
 def model_kv_bytes_per_token(arch: ArchSpec, tp: int = 1, pp: int = 1, kv_bytes: float = 2) -> int:
     """KV bytes per token on one rank over all its attention layers (the basis of vLLM's logged token count);
-    linear-attention layers keep a state per sequence instead (state_bytes_per_layer)."""
-    n = sum(1 for k in stage_kinds(arch, pp) if k != "linear")
+    recurrent-state layers keep a state per sequence instead (state_bytes_per_layer), MLP-only layers nothing."""
+    n = sum(1 for k in stage_kinds(arch, pp) if k in ("full", "sliding"))
     return int(n * kv_bytes_per_token_layer(arch, tp, kv_bytes))
 
 
-def state_bytes_per_layer(arch: ArchSpec, tp: int = 1, state_bytes: float = 2) -> int:
-    """Recurrent state one linear-attention layer keeps per sequence on one rank (vLLM's MambaSpec page):
-    the short convolution's last (kernel - 1) inputs over q, k and v, plus the value_heads x key_dim x
-    value_dim state matrix, heads split over TP, in the model dtype."""
-    la = arch.linear_attention or {}
-    kh, vh = int(la.get("key_heads") or 0), int(la.get("value_heads") or 0)
-    kd, vd = int(la.get("key_dim") or 0), int(la.get("value_dim") or 0)
-    kernel = int(la.get("conv_kernel") or 4)
+# --- recurrent state of hybrid models (vLLM's MambaStateShapeCalculator, one sequence, one layer, one rank) -----
+
+def mamba1_state_elements(d_inner: int, d_state: int, conv_kernel: int = 4, tp: int = 1) -> tuple[int, int]:
+    """(conv, ssm) elements of a Mamba-1 layer: the convolution keeps the last kernel - 1 inputs of every
+    inner channel, the selective scan a d_state vector per inner channel; channels split over TP.
+
+    >>> mamba1_state_elements(8192, 16, 4)  # Jamba-v0.1: expand 2 x hidden 4096
+    (24576, 131072)
+    """
+    channels = d_inner // max(1, tp)
+    return channels * (conv_kernel - 1), channels * d_state
+
+
+def mamba2_extra_groups(n_groups: int, tp: int) -> int:
+    """B/C groups vLLM adds so every TP rank holds whole groups (n_groups 1 is replicated to every rank).
+
+    >>> mamba2_extra_groups(8, 4), mamba2_extra_groups(1, 4)
+    (0, 3)
+    """
+    return 0 if n_groups % max(1, tp) == 0 else max(1, tp) - n_groups
+
+
+def mamba2_state_elements(d_inner: int, d_state: int, n_groups: int, heads: int, head_dim: int,
+                          conv_kernel: int = 4, tp: int = 1) -> tuple[int, int]:
+    """(conv, ssm) elements of a Mamba-2 layer: the convolution runs over x, B and C (d_inner + 2 x groups x
+    d_state channels, last kernel - 1 inputs each), the scan keeps a head_dim x d_state matrix per head.
+
+    >>> mamba2_state_elements(8192, 128, 8, 128, 64, 4)  # Nemotron-H-8B
+    (30720, 1048576)
+    >>> mamba2_state_elements(8192, 128, 8, 128, 64, 4, tp=2)
+    (15360, 524288)
+    """
     tp = max(1, tp)
-    conv = (2 * kh * kd + vh * vd) / tp * (kernel - 1)
-    ssm = vh / tp * kd * vd
-    return int((conv + ssm) * state_bytes)
+    groups = n_groups + mamba2_extra_groups(n_groups, tp)
+    conv_dim = d_inner + 2 * groups * d_state
+    return conv_dim // tp * (conv_kernel - 1), heads // tp * head_dim * d_state
 
 
-def hybrid_block_size(arch: ArchSpec, tp: int = 1, kv_bytes: float = 2, state_bytes: float = 2) -> int:
-    """vLLM's unified page for attention + state models: the attention block grows (in steps of 16 tokens)
+def gated_delta_net_state_elements(key_heads: int, value_heads: int, key_dim: int, value_dim: int,
+                                   conv_kernel: int = 4, tp: int = 1) -> tuple[int, int]:
+    """(conv, ssm) elements of a Gated DeltaNet layer: the short convolution over q, k and v, and a key_dim x
+    value_dim state per value head.
+
+    >>> gated_delta_net_state_elements(16, 32, 128, 128, 4)  # Qwen3-Next, Qwen3.5-35B-A3B
+    (24576, 524288)
+    """
+    tp = max(1, tp)
+    conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
+    return conv_dim // tp * (conv_kernel - 1), value_heads // tp * key_dim * value_dim
+
+
+def state_elements(arch: ArchSpec, tp: int = 1) -> tuple[int, int]:
+    """(conv, ssm) elements one recurrent-state layer of `arch` keeps per sequence on one rank."""
+    la = {k: int(v or 0) for k, v in (arch.linear_attention or {}).items()}
+    kernel = la.get("conv_kernel") or 4
+    if arch.state_kind == "mamba1":
+        return mamba1_state_elements(la.get("d_inner", 0), la.get("d_state", 0), kernel, tp)
+    if arch.state_kind == "mamba2":
+        return mamba2_state_elements(la.get("d_inner", 0), la.get("d_state", 0), la.get("n_groups") or 1,
+                                     la.get("heads", 0), la.get("head_dim", 0), kernel, tp)
+    return gated_delta_net_state_elements(la.get("key_heads", 0), la.get("value_heads", 0), la.get("key_dim", 0),
+                                          la.get("value_dim", 0), kernel, tp)
+
+
+def state_bytes_per_layer(arch: ArchSpec, tp: int = 1, conv_bytes: float = 2, ssm_bytes: float | None = None) -> int:
+    """Bytes of one recurrent-state layer per sequence on one rank (vLLM's MambaSpec page before padding): the
+    convolution state in `conv_bytes` (the model dtype), the SSM state in `ssm_bytes` (default: the same)."""
+    conv, ssm = state_elements(arch, tp)
+    return int(conv * conv_bytes + ssm * (conv_bytes if ssm_bytes is None else ssm_bytes))
+
+
+def hybrid_block_size(arch: ArchSpec, tp: int = 1, kv_bytes: float = 2, conv_bytes: float = 2,
+                      ssm_bytes: float | None = None, align: int = BLOCK_SIZE) -> int:
+    """vLLM's unified page for attention + state models: the attention block grows in steps of `align` tokens
     until one attention page holds a state page ('Setting attention block size to N tokens to ensure that
     attention page size is >= mamba page size'); the state page is then padded to match."""
-    per_token = kv_bytes_per_token_layer(arch, tp, kv_bytes)
-    state = state_bytes_per_layer(arch, tp, state_bytes)
-    if per_token <= 0 or state <= 0:
-        return BLOCK_SIZE
-    return 16 * math.ceil(state / (16 * per_token))
+    return unified_block_size(kv_bytes_per_token_layer(arch, tp, kv_bytes),
+                              state_bytes_per_layer(arch, tp, conv_bytes, ssm_bytes), align)
+
+
+def unified_block_size(kv_bytes_per_token: float, state_page_bytes: float, align: int = BLOCK_SIZE) -> int:
+    """Attention block size (tokens) whose page is the smallest multiple of `align` tokens holding a state page.
+
+    >>> unified_block_size(4096, 2146304)  # Qwen3.5-4B, bf16 KV, fp32 SSM state: 'block size to 528 tokens'
+    528
+    >>> unified_block_size(1024, 2146304)  # Qwen3.5-35B-A3B, fp8 KV: 2096
+    2096
+    """
+    if kv_bytes_per_token <= 0 or state_page_bytes <= 0:
+        return align
+    return align * math.ceil(state_page_bytes / (align * kv_bytes_per_token))
+
+
+def hybrid_groups(attention_layers: int, state_layers: int) -> tuple[int, int, int]:
+    """(group size, attention groups, state groups) of vLLM's KV cache groups for a hybrid model: every group
+    holds as many layers as the rarer kind has, the last group of the other kind padded ('Add 3 padding
+    layers, may waste at most 6.25% KV cache memory'); all groups share group-size tensors of one page each.
+
+    >>> hybrid_groups(8, 24), hybrid_groups(17, 48)
+    ((8, 1, 3), (17, 1, 3))
+    """
+    if attention_layers <= 0 or state_layers <= 0:
+        n = max(attention_layers, state_layers, 1)
+        return n, int(attention_layers > 0), int(state_layers > 0)
+    size = min(attention_layers, state_layers)
+    return size, math.ceil(attention_layers / size), math.ceil(state_layers / size)
+
+
+def hybrid_concurrency(kv_cache_bytes: float, page_bytes: float, group_size: int, attention_groups: int,
+                       state_groups: int, max_model_len: int, block_size: int, state_pages: int = 1) -> float:
+    """Requests of max_model_len that fit (vLLM's 'Maximum concurrency'): whole blocks of group_size pages,
+    over the blocks one request takes: ceil(len / block) per attention group, `state_pages` per state group
+    (1; 2 in the 'align' cache mode prefix caching turns on).
+
+    >>> round(hybrid_concurrency(12.85 * GIB, 528 * 4096, 8, 1, 3, 1024, 528), 2)  # Qwen3.5-4B, 0.22.0
+    159.4
+    """
+    if kv_cache_bytes <= 0 or page_bytes <= 0 or group_size <= 0:
+        return 0.0
+    blocks = int(kv_cache_bytes // (page_bytes * group_size))
+    per_request = attention_groups * blocks_for(max_model_len, block_size) + state_groups * state_pages
+    return blocks / per_request if per_request else 0.0
+
+
+def hybrid_kv_tokens(kv_cache_bytes: float, page_bytes: float, group_size: int, groups: int, block_size: int,
+                     concurrency_: float, max_model_len: int, by_concurrency: bool) -> int:
+    """vLLM's 'GPU KV cache size' for a hybrid model: max_concurrency x max_model_len in releases that print
+    it so (by_concurrency), else whole blocks divided among the groups, times the block size.
+
+    >>> hybrid_kv_tokens(6.9 * GIB, 1056 * 2048, 10, 4, 1056, 1.357, 262144, False)  # 0.19.1 blocks formula
+    89760
+    """
+    if by_concurrency:
+        return int(concurrency_ * max_model_len)
+    if kv_cache_bytes <= 0 or page_bytes <= 0 or group_size <= 0:
+        return 0
+    blocks = int(kv_cache_bytes // (page_bytes * group_size))
+    return blocks // max(1, groups) * block_size
 
 
 def sliding_tokens_needed(window: int, max_model_len: int, max_num_batched_tokens: int) -> int:
@@ -328,17 +439,18 @@ def sliding_tokens_needed(window: int, max_model_len: int, max_num_batched_token
 
 def request_kv_bytes(arch: ArchSpec, max_model_len: int, tp: int = 1, pp: int = 1, kv_bytes: float = 2,
                      max_num_batched_tokens: int = 2048, block_size: int = BLOCK_SIZE,
-                     window_aware: bool = True) -> int:
+                     window_aware: bool = True, state_pages: int = 1) -> int:
     """KV memory one request of max_model_len needs on one rank: vLLM's max_memory_usage_bytes summed over
     layers. Full layers: ceil(len / block) pages; sliding layers: ceil(min(window - 1 + batched, len) /
-    block) + 1 pages (V1); window_aware=False counts every layer as full."""
-    if arch.is_hybrid:
-        block_size = max(block_size, hybrid_block_size(arch, tp, kv_bytes))
+    block) + 1 pages (V1); state layers: `state_pages` pages whatever the length; window_aware=False counts
+    every attention layer as full. A hybrid model's `block_size` is its unified block (hybrid_block_size)."""
     page = block_size * kv_bytes_per_token_layer(arch, tp, kv_bytes)
     total = 0.0
     for kind in stage_kinds(arch, pp):
+        if kind == "none":
+            continue
         if kind == "linear":
-            pages = 1  # one (padded) state page per sequence, whatever its length
+            pages = state_pages  # one (padded) state page per sequence, whatever its length
         elif kind == "sliding" and window_aware and arch.sliding_window:
             need = sliding_tokens_needed(arch.sliding_window, max_model_len, max_num_batched_tokens)
             pages = blocks_for(need, block_size) + 1
@@ -387,26 +499,21 @@ def param_breakdown(arch: ArchSpec) -> dict[str, int]:
     else:
         d = arch.head_size
         attn_layer = h * arch.num_attention_heads * d * 2 + h * arch.num_key_value_heads * d * 2
-    if arch.linear_attention:
-        la = arch.linear_attention
-        kh, vh, kd, vd = (int(la.get(k) or 0) for k in ("key_heads", "value_heads", "key_dim", "value_dim"))
-        # in_proj (q, k, v, gate z, and the b/a decay heads), the short conv, and out_proj
-        linear_layer = h * (2 * kh * kd + 2 * vh * vd + 2 * vh) + (2 * kh * kd + vh * vd) * int(
-            la.get("conv_kernel") or 4) + vh * vd * h
-        n_lin = arch.kinds().count("linear")
-        attention_total = (L - n_lin) * attn_layer + n_lin * linear_layer
-    else:
-        attention_total = L * attn_layer
-    dense_layer = 3 * h * arch.intermediate_size
+    kinds = arch.kinds()
+    n_state, n_mlp_only = kinds.count("linear"), kinds.count("none")
+    attention_total = (L - n_state - n_mlp_only) * attn_layer + n_state * state_layer_params(arch)
+    # pattern models (Nemotron-H) put the MLP in layers of its own; the others have one in every layer
+    mlp_layers = n_mlp_only if n_mlp_only else L
+    dense_layer = arch.mlp_matrices * h * arch.intermediate_size
     if arch.is_moe:
         moe_i = arch.moe_intermediate_size or arch.intermediate_size
         n_moe = sum(1 for i in range(arch.first_k_dense_layers, L) if (i + 1) % max(1, arch.moe_layer_freq) == 0)
-        n_dense = L - n_moe
+        n_dense = mlp_layers - n_moe
         experts = n_moe * arch.num_experts * 3 * h * moe_i
         shared = n_moe * 3 * h * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i)
         router = n_moe * h * arch.num_experts
     else:
-        n_dense, experts, shared, router = L, 0, 0, 0
+        n_dense, experts, shared, router = mlp_layers, 0, 0, 0
     return {
         "embeddings": embed,
         "lm_head": lm_head,
@@ -417,6 +524,23 @@ def param_breakdown(arch: ArchSpec) -> dict[str, int]:
         "norms": L * 2 * h + h,
         "other": arch.extra_params,
     }
+
+
+def state_layer_params(arch: ArchSpec) -> int:
+    """Parameters of one recurrent-state layer's mixer: input projection, short convolution, output projection
+    (and, for Mamba, the dt/A/D vectors and Mamba-1's x/dt projections)."""
+    la = {k: int(v or 0) for k, v in (arch.linear_attention or {}).items()}
+    h, kernel = arch.hidden_size, la.get("conv_kernel") or 4
+    if arch.state_kind == "mamba1":
+        d, n = la.get("d_inner", 0), la.get("d_state", 0)
+        dt_rank = math.ceil(h / 16)
+        return h * 2 * d + d * kernel + d * (dt_rank + 2 * n) + dt_rank * d + d * n + 2 * d + d * h
+    if arch.state_kind == "mamba2":
+        d, n, g, heads = la.get("d_inner", 0), la.get("d_state", 0), la.get("n_groups") or 1, la.get("heads", 0)
+        return h * (2 * d + 2 * g * n + heads) + (d + 2 * g * n) * kernel + d * h + 3 * heads + d
+    kh, vh, kd, vd = (la.get(k, 0) for k in ("key_heads", "value_heads", "key_dim", "value_dim"))
+    # in_proj (q, k, v, gate z, and the b/a decay heads), the short conv, and out_proj
+    return h * (2 * kh * kd + 2 * vh * vd + 2 * vh) + (2 * kh * kd + vh * vd) * kernel + vh * vd * h
 
 
 def param_count(arch: ArchSpec) -> int:
@@ -523,34 +647,20 @@ def mxfp4_pad_factor(arch: ArchSpec, tp: int = 1) -> float:
 
 # --- activations, non-torch memory, CUDA graphs -------------------------------------------------------------
 
-def sampler_bytes_per_logit(version: tuple[int, int, int], flashinfer: bool | None = None,
-                            engine: str | None = None, opt_in: bool | None = None) -> float:
-    """Sampler working memory per logit in the profiling peak.
-
-    FlashInfer's kernel samples when VLLM_USE_FLASHINFER_SAMPLER says so (`opt_in`), else when FlashInfer is
-    installed (`flashinfer`; None: a dependency of the CUDA wheel from 0.11.0, optional before) and the release
-    turns it on by default; otherwise the PyTorch path's coefficient of the release (data/releases.yaml)."""
-    if flashinfer is None:
-        flashinfer = version >= (0, 11, 0)
-    on = opt_in if opt_in is not None else (flashinfer and flashinfer_sampler_default(version, engine))
-    if on and engine_for(version, engine) == "V1":
-        return float(FLASHINFER_SAMPLER_BYTES_PER_LOGIT)
-    return float(releases.default("sampler_bytes_per_logit", version))
-
-
-def flashinfer_sampler_default(version: tuple[int, int, int], engine: str | None = None) -> bool:
-    """Whether the release samples with FlashInfer by default when FlashInfer is installed."""
-    return bool(releases.default("flashinfer_sampler", version, engine=engine))
-
-
 def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
                      act_bytes: float = 2, sampler: bool = True,
                      bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT) -> int:
     """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
-    tokens (MLP gate/up output and activation, 3 x intermediate per rank, plus three hidden-size buffers:
-    residual, normed input and the layer output) and
-    the sampler over max_num_seqs rows of the vocabulary (SAMPLER_BYTES_PER_LOGIT each). `sampler=False`
-    leaves the sampler out: V0's chunked-prefill profiling run shows no sampler peak in published logs."""
+    tokens (MLP gate/up output and activation, `mlp_matrices` x intermediate per rank, plus three hidden-size
+    buffers: residual, normed input and the layer output) and the sampler over max_num_seqs rows of the
+    vocabulary (`bytes_per_logit` each). `sampler=False` leaves the sampler out: V0's chunked-prefill
+    profiling run shows no sampler peak in published logs.
+
+    >>> a = ArchSpec("t", layers=2, hidden_size=1024, num_attention_heads=8, num_key_value_heads=8,
+    ...              intermediate_size=4096, vocab_size=1000)
+    >>> activation_bytes(a, 2048, 1, sampler=False) == 2048 * (3 * 4096 + 3 * 1024) * 2
+    True
+    """
     h = arch.hidden_size
     if arch.is_moe:
         moe_i = arch.moe_intermediate_size or arch.intermediate_size
@@ -558,21 +668,21 @@ def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: 
         if arch.shared_expert_intermediate_size or arch.num_shared_experts:
             per_token += 3 * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i) / tp
     else:
-        per_token = 3 * arch.intermediate_size / tp + 3 * h
+        per_token = arch.mlp_matrices * arch.intermediate_size / tp + 3 * h
     forward = max_num_batched_tokens * per_token * act_bytes
     sampled = max_num_seqs * arch.vocab_size * bytes_per_logit if sampler else 0
     return int(max(forward, sampled))
 
 
-def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "",
-                    version: tuple[int, int, int] | None = None, custom_all_reduce: bool | None = None) -> int:
-    """Memory outside PyTorch's allocator that grows during start-up, per rank: the release's single-rank figure,
-    plus all-reduce buffers when tensor parallelism is on (NCCL only on GPUs without peer-to-peer access).
-    Pipeline-only ranks exchange activations point to point and keep the single-rank figure."""
-    single, multi = NON_TORCH_SINGLE, NON_TORCH_MULTI_GPU
-    if version is not None:
-        single = float(releases.default("non_torch_single_gib", version)) * GIB
-        multi = float(releases.default("non_torch_multi_gpu_gib", version)) * GIB
+def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "", single: float = NON_TORCH_SINGLE,
+                    multi: float = NON_TORCH_MULTI_GPU, custom_all_reduce: bool | None = None) -> int:
+    """Memory outside PyTorch's allocator that grows during start-up, per rank: `single` bytes, plus `multi`
+    bytes of all-reduce buffers when tensor parallelism is on (NCCL's alone on GPUs without peer-to-peer
+    access). Pipeline-only ranks exchange activations point to point and keep the single-rank figure.
+
+    >>> non_torch_bytes(1) == int(NON_TORCH_SINGLE), non_torch_bytes(2, gpu_name="RTX 4090") == int(0.25 * GIB)
+    (True, True)
+    """
     if tp <= 1:
         return int(single)
     no_p2p = custom_all_reduce is False or (custom_all_reduce is None and NO_P2P_GPUS.search(gpu_name or ""))
@@ -601,211 +711,18 @@ def encoder_bytes(arch: ArchSpec, max_num_batched_tokens: int, act_bytes: float 
     return int(patches * per_patch)
 
 
-def non_torch_rule(tp: int, version: tuple[int, int, int]) -> str:
-    """The non-torch rule applied, in words, for the assumptions output."""
-    single = float(releases.default("non_torch_single_gib", version))
-    if tp <= 1:
-        return f"{single:g} GiB per rank in this release"
-    multi = float(releases.default("non_torch_multi_gpu_gib", version))
-    return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
+def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False, base: float = CUDA_GRAPH_BASE,
+                     per_layer: float = CUDA_GRAPH_PER_LAYER) -> int:
+    """CUDA-graph pool estimate: a fixed part plus a part per layer of the rank; none with --enforce-eager.
 
-
-def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False,
-                     version: tuple[int, int, int] | None = None, engine: str | None = None) -> int:
-    """CUDA-graph pool estimate: the release's fixed part plus its part per layer of the rank (FULL and
-    PIECEWISE capture passes from 0.11 hold about three times the per-layer buffers); none with
-    --enforce-eager."""
+    >>> a = ArchSpec("t", layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+    ...              intermediate_size=14336, vocab_size=128256)
+    >>> round(cuda_graph_bytes(a, base=0.25 * GIB, per_layer=0.018 * GIB) / GIB, 3), cuda_graph_bytes(a, 1, True)
+    (0.826, 0)
+    """
     if enforce_eager:
         return 0
-    base, per_layer = CUDA_GRAPH_BASE, CUDA_GRAPH_PER_LAYER
-    if version is not None:
-        base = float(releases.default("cuda_graph_base_gib", version, engine=engine)) * GIB
-        per_layer = float(releases.default("cuda_graph_per_layer_gib", version, engine=engine)) * GIB
     return int(base + per_layer * layers_per_stage(arch.layers, pp))
-
-
-def graphs_budgeted(version: tuple[int, int, int]) -> bool:
-    """From 0.20.0 vLLM subtracts its CUDA-graph estimate from the KV budget (D5); before, graphs are
-    captured after the KV cache is allocated, from memory outside the budget."""
-    return bool(releases.default("cuda_graphs_in_budget", version))
-
-
-# --- release defaults (data/releases.yaml, through releases.py) ---------------------------------------------
-
-def engine_for(version: tuple[int, int, int], engine: str | None = None) -> str:
-    """V0 was the default through 0.7.3 (V1 opt-in with VLLM_USE_V1=1 from 0.6.4), V1 from 0.8.0."""
-    return releases.engine_for(version, engine)
-
-
-def default_gpu_memory_utilization(version: tuple[int, int, int]) -> float:
-    """0.9 through 0.19.x, 0.92 from 0.20.0."""
-    return float(releases.default("gpu_memory_utilization", version))
-
-
-def default_max_num_seqs(version: tuple[int, int, int], gpu_gib: float, gpu_name: str = "",
-                         engine: str | None = None) -> int:
-    """256 for V0; V1: 1024 on large GPUs (>= 70 GiB, not A100, from 0.9.0), else 256."""
-    return int(releases.default("max_num_seqs", version, engine=engine, gpu_gib=gpu_gib, gpu_name=gpu_name))
-
-
-def default_max_num_batched_tokens(version: tuple[int, int, int], max_model_len: int, gpu_gib: float,
-                                   gpu_name: str = "", engine: str | None = None) -> int:
-    """The API server's default (catalog C). V0: max(max_model_len, 2048) unless chunked prefill is on
-    (automatic above 32K tokens: 512 before 0.7.0, 2048 from 0.7.0). V1: 2048, or 8192 on large GPUs,
-    16384 on >= 160 GiB from 0.31.0."""
-    return int(releases.default("max_num_batched_tokens", version, engine=engine, gpu_gib=gpu_gib,
-                                gpu_name=gpu_name, max_model_len=max_model_len))
-
-
-# --- the whole plan ------------------------------------------------------------------------------------------
-
-@dataclass
-class PlanInput:
-    """One configuration to size (vLLM's flag names, resolved)."""
-
-    arch: ArchSpec
-    gpu_bytes: float
-    gpu_name: str = ""
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    kv_cache_dtype: str = "auto"
-    dtype: str = "auto"
-    quantization: str | None = None
-    quant_bits: float | None = None
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    enforce_eager: bool = False
-    weights: float | None = None      # bytes; replaces the estimate
-    overhead: float | None = None     # bytes; replaces activations + graphs + non-torch
-    kv_cache_bytes: float | None = None  # measured available KV memory; replaces budget - weights - overhead
-    kv_cache_fixed: bool = False      # kv_cache_bytes comes from --kv-cache-memory-bytes (utilization ignored)
-    cpu_offload_bytes: float = 0.0    # --cpu-offload-gb: weights kept in CPU memory
-    version: tuple[int, int, int] = LATEST_VERSION
-    engine: str | None = None         # 'V0'/'V1' to override the release's default engine (VLLM_USE_V1)
-    block_size: int = BLOCK_SIZE
-    flashinfer: bool | None = None          # FlashInfer installed (None: as the release's wheel ships it)
-    flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1/0 (None: the release's default)
-    custom_all_reduce: bool | None = None   # False: --disable-custom-all-reduce or no peer access between ranks
-    skip_mm_profiling: bool = False         # --skip-mm-profiling (0.10.1+): the encoder is not profiled
-    max_model_len_auto: bool = False        # --max-model-len auto / -1: vLLM picks the longest length that fits
-
-
-@dataclass
-class PlanResult:
-    """Every figure the planner prints, in bytes unless named otherwise."""
-
-    inp: PlanInput
-    max_model_len: int
-    gpu_memory_utilization: float
-    model_dtype_bytes: float
-    kv_value_bytes: float
-    kv_bytes_per_token: int
-    budget_bytes: float
-    weights_bytes: float
-    overhead_bytes: float
-    activation_bytes: float
-    non_torch_bytes: float
-    cuda_graph_bytes: float
-    graphs_in_budget: bool
-    kv_cache_bytes: float
-    kv_cache_tokens: int
-    request_kv_bytes: int
-    max_concurrency: float
-    fits: bool
-    max_model_len_that_fits: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    quant_format: str | None
-    sources: dict[str, str] = field(default_factory=dict)
-
-
-def resolve_dtype_bytes(arch: ArchSpec, dtype: str | None) -> float:
-    """--dtype auto keeps a 16-bit checkpoint's dtype and loads fp32 checkpoints as 16-bit."""
-    if not dtype or dtype == "auto":
-        return 2   # a 16-bit checkpoint stays 16-bit; fp32 (and anything narrower listed as dtype) loads as 16-bit
-    return dtype_bytes(dtype)
-
-
-def plan_memory(inp: PlanInput) -> PlanResult:
-    """Size one configuration: budget, weights, overhead, KV room, tokens, per-request need, concurrency."""
-    arch, v = inp.arch, inp.version
-    tp, pp = max(1, inp.tensor_parallel_size), max(1, inp.pipeline_parallel_size)
-    util = inp.gpu_memory_utilization if inp.gpu_memory_utilization is not None \
-        else default_gpu_memory_utilization(v)
-    max_len = int(inp.max_model_len or arch.max_position_embeddings or 4096)
-    gpu_gib = inp.gpu_bytes / GIB
-    engine = engine_for(v, inp.engine)
-    seqs = inp.max_num_seqs or default_max_num_seqs(v, gpu_gib, inp.gpu_name, engine)
-    batched = inp.max_num_batched_tokens or default_max_num_batched_tokens(v, max_len, gpu_gib, inp.gpu_name,
-                                                                           engine)
-    mdb = resolve_dtype_bytes(arch, inp.dtype)
-    kvb = kv_value_bytes(inp.kv_cache_dtype, mdb)
-    quant = inp.quantization if inp.quantization is not None else arch.quantization
-    bits = inp.quant_bits if inp.quant_bits is not None else (arch.quant_bits if quant == arch.quantization
-                                                               else None)
-    sources: dict[str, str] = {}
-    budget = inp.gpu_bytes * util
-    if inp.weights is not None:
-        weights = float(inp.weights)
-        sources["weights"] = "given"
-    else:
-        weights = float(weight_bytes(arch, mdb, quant, bits, tp, pp))
-        sources["weights"] = "estimated"
-    weights = max(0.0, weights - inp.cpu_offload_bytes)
-    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
-    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked,
-                                 bytes_per_logit=sampler_bytes_per_logit(v, inp.flashinfer, engine,
-                                                                         inp.flashinfer_sampler)))
-    if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
-        act = max(act, float(encoder_bytes(arch, batched, mdb)))
-    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
-    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine))
-    in_budget = graphs_budgeted(v)
-    if inp.overhead is not None:
-        overhead = float(inp.overhead)
-        sources["overhead"] = "given"
-    else:
-        overhead = act + ntm + (graphs if in_budget else 0.0)
-        sources["overhead"] = "estimated"
-    if inp.kv_cache_bytes is not None:
-        kv_room = float(inp.kv_cache_bytes)
-        sources["kv_cache"] = "measured"
-    else:
-        kv_room = budget - weights - overhead
-        sources["kv_cache"] = "computed"
-    per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
-    # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
-    # patterns as full attention
-    window_aware = bool(releases.default("sliding_window_sized", v, engine=engine)) or not arch.layer_types
-    kw = {"tp": tp, "pp": pp, "kv_bytes": kvb, "max_num_batched_tokens": batched,
-          "block_size": inp.block_size, "window_aware": window_aware}
-    need = request_kv_bytes(arch, max_len, **kw)
-    tokens = kv_cache_tokens(kv_room, per_token, inp.block_size)
-    conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
-    if arch.is_hybrid:
-        # the hybrid allocator reports max_concurrency x max_model_len: state pages count, tokens are fewer
-        tokens = int(conc * max_len)
-    fits = kv_room > 0 and need <= kv_room
-    fit_len = max_model_len_for(arch, kv_room, max(max_len, arch.max_position_embeddings or 0, 1), **kw)
-    if inp.max_model_len_auto and 0 < fit_len < max_len and not inp.max_model_len:
-        # vLLM's 'auto': the model's maximum, cut to the longest length one request's KV cache fits in
-        return plan_memory(replace(inp, max_model_len=int(fit_len)))
-    return PlanResult(
-        inp=inp, max_model_len=max_len, gpu_memory_utilization=util, model_dtype_bytes=mdb,
-        kv_value_bytes=kvb, kv_bytes_per_token=per_token, budget_bytes=budget, weights_bytes=weights,
-        overhead_bytes=overhead, activation_bytes=act, non_torch_bytes=ntm, cuda_graph_bytes=graphs,
-        graphs_in_budget=in_budget, kv_cache_bytes=kv_room, kv_cache_tokens=tokens, request_kv_bytes=need,
-        max_concurrency=conc, fits=fits, max_model_len_that_fits=round_down(fit_len) if fit_len >= LEN_STEP
-        else fit_len, max_num_seqs=seqs, max_num_batched_tokens=batched,
-        quant_format=quant_format(quant, bits), sources=sources,
-    )
-
-
-def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
-    """A copy of a plan input with some fields replaced (for what-if rows)."""
-    return replace(inp, **changes)
 
 
 def lower_utilization(current: float | None, free_gib: float, total_gib: float | None,
@@ -813,159 +730,46 @@ def lower_utilization(current: float | None, free_gib: float, total_gib: float |
     """Utilization that leaves `free_gib` more outside vLLM's budget (for warmup, graphs, other tenants).
 
     Without the GPU total, step down by 0.05, the smallest change that usually clears a warmup OOM.
+
+    >>> lower_utilization(0.9, 2.0, 80.0), lower_utilization(0.9, 2.0, None)
+    (0.87, 0.85)
     """
     now = current if current else 0.9
     wanted = now - free_gib / total_gib if total_gib and total_gib > 0 else now - 0.05
     return max(floor, math.floor(wanted * 100) / 100)
 
 
-def _estimate(inp: PlanInput) -> PlanResult:
-    """The plan with every figure estimated (no given or measured numbers)."""
-    return plan_memory(with_changes(inp, weights=None, overhead=None, kv_cache_bytes=None, kv_cache_fixed=False))
+def resolve_dtype_bytes(arch: ArchSpec, dtype: str | None) -> float:
+    """--dtype auto keeps a 16-bit checkpoint's dtype and loads fp32 checkpoints as 16-bit: 2 bytes either way.
+
+    >>> resolve_dtype_bytes(None, "auto"), resolve_dtype_bytes(None, "float32")
+    (2, 4)
+    """
+    if not dtype or dtype == "auto":
+        return 2
+    return dtype_bytes(dtype)
 
 
-def vary(inp: PlanInput, **changes: Any) -> PlanResult:
-    """Re-plan with some flags changed, keeping given or measured figures: a given weight size scales with the
-    estimate's ratio, a given overhead and a measured KV size move by the estimate's difference, and a KV
-    size fixed by --kv-cache-memory-bytes stays."""
-    base, var = _estimate(inp), with_changes(inp, **changes)
-    est = _estimate(var)
-    weights = overhead = kv = None
-    if inp.weights is not None:
-        weights = inp.weights * (est.weights_bytes / base.weights_bytes if base.weights_bytes else 1.0)
-    if inp.overhead is not None:
-        overhead = inp.overhead + (est.overhead_bytes - base.overhead_bytes)
-    if inp.kv_cache_bytes is not None:
-        kv = inp.kv_cache_bytes if inp.kv_cache_fixed else \
-            inp.kv_cache_bytes + (est.kv_cache_bytes - base.kv_cache_bytes)
-    return plan_memory(with_changes(var, weights=weights, overhead=overhead, kv_cache_bytes=kv))
+# --- names that moved out in the memory.py split (issue 14) ------------------------------------------------------
+
+#: Where the planner's orchestration and the release lookups went: sizing.py (plan side), releases.py, units.py.
+#: Kept importable from here, lazily, only so code written against the old module (plan.py, being restructured
+#: into plan/ in parallel) keeps working through the merge; new code imports from the new homes.
+_MOVED = {
+    **dict.fromkeys(("PlanInput", "PlanResult", "plan_memory", "with_changes", "vary", "what_if",
+                     "whole_gpu_kv_bytes", "len_for_concurrency", "length_table", "serve_extras",
+                     "physics_assumptions", "sampler_bytes_per_logit", "non_torch_rule", "graphs_budgeted",
+                     "LATEST_VERSION"), "sizing"),
+    "version_tuple": "releases.parse_version", "engine_for": "releases.engine_for",
+    "log_size_gib": "units.log_size_gib",
+}
 
 
-def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
-    """The planner's what-if rows: fp8 KV cache, 4-bit weights, TP=2/4, utilization +0.03."""
-    rows: list[tuple[str, dict[str, Any], dict[str, str | None]]] = [("as planned", {}, {})]
-    if res.kv_value_bytes > 1:
-        rows.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, {"--kv-cache-dtype": "fp8"}))
-    if res.quant_format not in ("int4", "mxfp4", "nvfp4", "nf4", "gguf"):
-        # no flag: --quantization awq on a checkpoint that is not AWQ fails; the fix is another checkpoint
-        rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4}, {}))
-    for tp in (2, 4):
-        if inp.tensor_parallel_size < tp:
-            rows.append((f"TP={tp} ({tp} GPUs)", {"tensor_parallel_size": tp}, {"--tensor-parallel-size": str(tp)}))
-    util = res.gpu_memory_utilization + 0.03
-    if util <= 1.0 and not inp.kv_cache_fixed:
-        util = round(util, 2)
-        rows.append((f"--gpu-memory-utilization {util:g}", {"gpu_memory_utilization": util},
-                     {"--gpu-memory-utilization": f"{util:g}"}))
-    full = whole_gpu_kv_bytes(res)
-    if not res.fits and not inp.kv_cache_fixed and full > max(res.kv_cache_bytes, 0) and \
-            releases.default("kv_cache_memory_bytes_flag", inp.version):
-        # vLLM's own hint ('Replace gpu_memory_utilization config with --kv-cache-memory=...'): the KV cache sized
-        # to the whole GPU less what profiling and graphs need, instead of a utilization share
-        rows.append(("--kv-cache-memory-bytes (whole GPU)",
-                     {"kv_cache_bytes": full, "kv_cache_fixed": True},
-                     {"--kv-cache-memory-bytes": str(int(full)), "--gpu-memory-utilization": None}))
-    out = []
-    for label, changes, flags in rows:
-        if changes.get("kv_cache_fixed"):
-            r = plan_memory(with_changes(inp, **changes))
-        else:
-            r = vary(inp, **changes) if changes else res
-        ok = r.fits and inp.arch.num_attention_heads % r.inp.tensor_parallel_size == 0
-        out.append({
-            "label": label, "flags": flags, "kv_cache_bytes": int(r.kv_cache_bytes),
-            "kv_cache_tokens": r.kv_cache_tokens, "max_concurrency": round(r.max_concurrency, 4), "fits": ok,
-            "weights_bytes": int(r.weights_bytes), "max_model_len_that_fits": r.max_model_len_that_fits,
-        })
-    return out
+def __getattr__(name: str) -> Any:
+    target = _MOVED.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-
-def whole_gpu_kv_bytes(res: PlanResult, spare: float = 0.02) -> float:
-    """KV memory --kv-cache-memory-bytes can give: the GPU less 2%, the weights, the profiled peaks and the CUDA
-    graphs (budgeted or not: with a fixed KV size they all come out of the same device)."""
-    graphs = 0.0 if res.graphs_in_budget else res.cuda_graph_bytes
-    return res.inp.gpu_bytes * (1 - spare) - res.weights_bytes - res.overhead_bytes - graphs
-
-
-def len_for_concurrency(res: PlanResult, want: float) -> int:
-    """Largest --max-model-len (multiple of 1024, up to the planned one) at which `want` requests fit at once."""
-    inp = res.inp
-    if res.kv_cache_bytes <= 0 or want <= 0:
-        return 0
-    fit = max_model_len_for(inp.arch, res.kv_cache_bytes / want, res.max_model_len,
-                            tp=inp.tensor_parallel_size, pp=inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
-                            max_num_batched_tokens=res.max_num_batched_tokens, block_size=inp.block_size)
-    return round_down(fit)
-
-
-def length_table(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
-    """Per-request KV and concurrency at powers of two up to the planned length (and the planned one)."""
-    lengths = {res.max_model_len}
-    n = 4096
-    while n < res.max_model_len:
-        lengths.add(n)
-        n *= 2
-    out = []
-    for length in sorted(lengths):
-        need = request_kv_bytes(inp.arch, length, inp.tensor_parallel_size, inp.pipeline_parallel_size,
-                                res.kv_value_bytes, res.max_num_batched_tokens, inp.block_size)
-        conc = res.kv_cache_bytes / need if need and res.kv_cache_bytes > 0 else 0.0
-        out.append({"max_model_len": length, "request_kv_bytes": need, "max_concurrency": round(conc, 4)})
-    return out
-
-
-# --- flags and environment that move the physics, and the rules applied, in words --------------------------
-
-def serve_extras(flags: dict[str, Any], env: dict[str, str], auto_len: bool = False) -> dict[str, Any]:
-    """PlanInput fields a `vllm serve` command sets beyond the sizes: --disable-custom-all-reduce,
-    --skip-mm-profiling, VLLM_USE_FLASHINFER_SAMPLER, --max-model-len auto."""
-    out: dict[str, Any] = {"max_model_len_auto": auto_len}
-    if flags.get("--disable-custom-all-reduce"):
-        out["custom_all_reduce"] = False
-    if flags.get("--skip-mm-profiling"):
-        out["skip_mm_profiling"] = True
-    fi = (env or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
-    if fi in ("0", "1"):
-        out["flashinfer_sampler"] = fi == "1"
-        if fi == "1":
-            out["flashinfer"] = True
-    return out
-
-
-def physics_assumptions(res: PlanResult) -> list[str]:
-    """The class rules behind the overhead and weights of this plan (each applies to a class of models or
-    releases, never to one case)."""
-    inp, a, v = res.inp, res.inp.arch, res.inp.version
-    engine = engine_for(v, inp.engine)
-    out = []
-    if engine == "V0" and not releases.is_chunked_v0(res.max_model_len, v) and not inp.max_num_batched_tokens:
-        out.append(f"V0 without chunked prefill profiles one batch of max(max_model_len, 2048) = "
-                   f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
-    if sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler) == \
-            FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
-        out.append("sampler: FlashInfer's top-p/top-k kernel (no sort), 12 bytes per logit")
-    if a.vision and engine == "V1":
-        if inp.skip_mm_profiling:
-            out.append("multimodal: --skip-mm-profiling, the encoder is not profiled")
-        else:
-            items = encoder_items(a, res.max_num_batched_tokens)
-            out.append(f"multimodal: the encoder is profiled with {items} largest image(s) "
-                       f"({a.vision.get('patches_per_item', 0):,} patches each): "
-                       f"{encoder_bytes(a, res.max_num_batched_tokens, res.model_dtype_bytes) / GIB:.2f} GiB, "
-                       "counted when above the text peak")
-    if inp.tensor_parallel_size > 1 and inp.custom_all_reduce is False:
-        out.append("custom all-reduce off (--disable-custom-all-reduce or no peer access): NCCL buffers only")
-    if res.quant_format == "gguf":
-        out.append(f"GGUF: {inp.quant_bits or a.quant_bits or GGUF_BITS['q4_k_m']:g} bits per weight for every "
-                   "matrix, embeddings and output included")
-    if inp.max_model_len_auto:
-        out.append("--max-model-len auto: the model's maximum, or the longest length one request's KV cache fits")
-    if a.is_hybrid:
-        tp = inp.tensor_parallel_size
-        n_lin = a.kinds().count("linear")
-        out.append(f"hybrid linear attention: {a.layers - n_lin} of {a.layers} layers cache KV; the other {n_lin} "
-                   f"keep a {state_bytes_per_layer(a, tp, res.model_dtype_bytes) / MIB:.2f} MiB state per sequence "
-                   f"and layer; vLLM unifies the pages (attention block "
-                   f"{hybrid_block_size(a, tp, res.kv_value_bytes, res.model_dtype_bytes)} tokens), so the token "
-                   "count is max_concurrency x max_model_len")
-    return out
+    module, _, attr = target.partition(".")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), attr or name)

@@ -131,6 +131,8 @@ def arch_from_preset(entry: dict[str, Any]) -> ArchSpec:
     layers = int(entry["layers"])
     pattern = entry.get("sliding_pattern")
     layer_types = [pattern[i % len(pattern)] for i in range(layers)] if pattern else None
+    if entry.get("layer_pattern"):  # hybrids: one letter a layer, M state / * attention / - MLP only
+        layer_types = list(str(entry["layer_pattern"]))
     return ArchSpec(
         name=entry["id"], layers=layers, hidden_size=int(entry["hidden_size"]),
         num_attention_heads=int(entry["num_attention_heads"]),
@@ -144,6 +146,7 @@ def arch_from_preset(entry: dict[str, Any]) -> ArchSpec:
         shared_expert_intermediate_size=int(entry.get("shared_expert_intermediate_size") or 0),
         num_shared_experts=int(entry.get("num_shared_experts") or 0),
         first_k_dense_layers=int(entry.get("first_k_dense_layers") or 0),
+        moe_layer_freq=int(entry.get("moe_layer_freq") or 1),
         sliding_window=entry.get("sliding_window"), layer_types=layer_types,
         kv_lora_rank=entry.get("kv_lora_rank"), q_lora_rank=entry.get("q_lora_rank"),
         qk_rope_head_dim=entry.get("qk_rope_head_dim"), qk_nope_head_dim=entry.get("qk_nope_head_dim"),
@@ -153,6 +156,8 @@ def arch_from_preset(entry: dict[str, Any]) -> ArchSpec:
         vision={k: int(v) for k, v in entry["vision"].items()} if entry.get("vision") else None,
         linear_attention={k: int(v) for k, v in entry["linear_attention"].items()}
         if entry.get("linear_attention") else None,
+        state_kind=str(entry.get("state_kind") or "gated_delta_net"), ssm_dtype=entry.get("ssm_dtype"),
+        mlp_matrices=int(entry.get("mlp_matrices") or 3),
     )
 
 
@@ -187,7 +192,12 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
             layer_types = ["full" if (i + 1) % int(pattern) == 0 else "sliding" for i in range(layers)]
         elif cfg.get("use_sliding_window") is False:
             window = None
-    if layer_types:
+    state_kind, linear, mlp_matrices = _state_layers(get, layers)
+    if get("hybrid_override_pattern"):
+        layer_types = list(str(get("hybrid_override_pattern")))
+    elif layer_types and linear:
+        layer_types = [str(t) for t in layer_types]
+    elif layer_types:
         layer_types = ["sliding" if "sliding" in str(t) or "local" in str(t) else "full" for t in layer_types]
         if "sliding" not in layer_types:
             window, layer_types = None, None
@@ -205,15 +215,6 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
                 bits = w["num_bits"]
                 break
     experts = int(get("num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
-    linear = None
-    if get("linear_num_value_heads"):  # Gated DeltaNet hybrids (Qwen3-Next and later)
-        raw_types = get("layer_types") or []
-        full = [i for i, t in enumerate(raw_types) if "full" in str(t)]
-        interval = get("full_attention_interval") or (full[0] + 1 if full else 4)
-        linear = {"interval": int(interval), "key_heads": int(get("linear_num_key_heads")),
-                  "value_heads": int(get("linear_num_value_heads")), "key_dim": int(get("linear_key_head_dim")),
-                  "value_dim": int(get("linear_value_head_dim")),
-                  "conv_kernel": int(get("linear_conv_kernel_dim", default=4))}
     return ArchSpec(
         name=name, layers=layers, hidden_size=int(get("hidden_size", "n_embd", "d_model")),
         num_attention_heads=heads,
@@ -234,7 +235,38 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
         kv_lora_rank=get("kv_lora_rank"), q_lora_rank=get("q_lora_rank"),
         qk_rope_head_dim=get("qk_rope_head_dim"), qk_nope_head_dim=get("qk_nope_head_dim"),
         v_head_dim=get("v_head_dim"), quantization=method, quant_bits=bits, linear_attention=linear,
+        state_kind=state_kind, ssm_dtype=get("mamba_ssm_dtype"), mlp_matrices=mlp_matrices,
     )
+
+
+def _state_layers(get: Any, layers: int) -> tuple[str, dict[str, int] | None, int]:
+    """(state kind, state numbers, MLP matrices) of a hybrid config.json: Gated DeltaNet (Qwen3-Next, Qwen3.5),
+    Mamba-1 (Jamba), Mamba-2 (Nemotron-H, Granite-4.0-H, Bamba); (kind, None, 3) for other models."""
+    if get("linear_num_value_heads"):
+        raw_types = get("layer_types") or []
+        full = [i for i, t in enumerate(raw_types) if "full" in str(t)]
+        interval = get("full_attention_interval") or (full[0] + 1 if full else 4)
+        return "gated_delta_net", {
+            "interval": int(interval), "key_heads": int(get("linear_num_key_heads")),
+            "value_heads": int(get("linear_num_value_heads")), "key_dim": int(get("linear_key_head_dim")),
+            "value_dim": int(get("linear_value_head_dim")),
+            "conv_kernel": int(get("linear_conv_kernel_dim", default=4))}, 3
+    hidden = int(get("hidden_size", default=0) or 0)
+    expand = int(get("mamba_expand", "expand", default=2) or 2)
+    heads = get("mamba_num_heads", "mamba_n_heads")
+    if heads:  # Mamba-2
+        head_dim = int(get("mamba_head_dim", "mamba_d_head", default=64))
+        return "mamba2", {
+            "d_inner": int(heads) * head_dim, "d_state": int(get("ssm_state_size", "mamba_d_state", default=128)),
+            "n_groups": int(get("n_groups", "mamba_n_groups", default=1)), "heads": int(heads), "head_dim": head_dim,
+            "conv_kernel": int(get("conv_kernel", "mamba_d_conv", default=4))}, \
+            2 if str(get("mlp_hidden_act", default="")).startswith("relu2") else 3
+    if get("mamba_d_state") and get("attn_layer_period"):  # Mamba-1 (Jamba)
+        return "mamba1", {
+            "d_inner": expand * hidden, "d_state": int(get("mamba_d_state")),
+            "conv_kernel": int(get("mamba_d_conv", default=4)), "interval": int(get("attn_layer_period")),
+            "offset": int(get("attn_layer_offset", default=0))}, 3
+    return "gated_delta_net", None, 3
 
 
 #: config.json numbers the arithmetic uses: (smallest, largest) accepted. A hostile or broken config
@@ -253,6 +285,10 @@ CONFIG_BOUNDS: dict[str, tuple[int, int]] = {
                      "experts_per_token", "moe_topk", "n_shared_experts", "num_shared_experts",
                      "first_k_dense_replace"), (0, 100_000)),
     **dict.fromkeys(("moe_layer_freq", "decoder_sparse_step", "sliding_window_pattern"), (1, 10_000)),
+    **dict.fromkeys(("mamba_num_heads", "mamba_n_heads", "mamba_head_dim", "mamba_d_head", "ssm_state_size",
+                     "mamba_d_state", "n_groups", "mamba_n_groups", "conv_kernel", "mamba_d_conv", "mamba_expand",
+                     "attn_layer_period", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                     "linear_value_head_dim", "linear_conv_kernel_dim", "full_attention_interval"), (1, 1 << 20)),
     "sliding_window": (0, 1_000_000_000),
 }
 MAX_CONFIG_BYTES = 16 << 20
@@ -286,6 +322,11 @@ def read_config(path: Path, ref: str) -> dict[str, Any]:
         layer_types = section.get("layer_types")
         if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) > 10_000):
             raise SpecError(f"{ref}: {prefix}layer_types: must be a list of at most 10,000 layer kinds")
+        pattern = section.get("hybrid_override_pattern")
+        layers = section.get("num_hidden_layers")
+        if pattern is not None and (not isinstance(pattern, str) or len(pattern) != layers):
+            raise SpecError(f"{ref}: {prefix}hybrid_override_pattern: must be a string of one letter per layer "
+                            f"(num_hidden_layers = {layers})")
     return config
 
 

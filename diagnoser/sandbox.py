@@ -45,11 +45,10 @@ FN_API = (
 #: What `mem.` offers templates (diagnoser/memory.py): arithmetic over numbers, and its constants.
 MEM_API = (
     "GIB", "MIB", "GB", "LEN_STEP", "BLOCK_SIZE", "SAMPLER_BYTES_PER_LOGIT",
-    "log_size_gib", "round_down", "kv_bytes_per_token", "tokens_in", "concurrency", "bytes_per_token_from_need",
+    "round_down", "kv_bytes_per_token", "tokens_in", "concurrency", "bytes_per_token_from_need",
     "max_len_that_fits", "utilization_for", "utilization_within_free", "budget_gib", "human_tokens",
-    "version_tuple", "dtype_bytes", "kv_value_bytes", "kv_heads_per_rank", "layers_per_stage",
-    "mla_kv_bytes_per_token", "blocks_for", "format_gib", "lower_utilization", "graphs_budgeted", "engine_for",
-    "default_gpu_memory_utilization",
+    "dtype_bytes", "kv_value_bytes", "kv_heads_per_rank", "layers_per_stage", "blocks_for", "format_gib",
+    "lower_utilization",
 )
 #: Filters a template may use (jinja2's `attr`, `format` with `*` widths, `center`, `indent`, `wordwrap`,
 #: `replace`... are not here: they reach attributes or build unbounded strings).

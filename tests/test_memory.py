@@ -7,6 +7,7 @@ import math
 import pytest
 
 from diagnoser import memory as mem
+from diagnoser import releases, sizing
 from diagnoser.modelspec import arch_from_config, arch_from_preset, load_model, load_models
 
 GIB = 1 << 30
@@ -23,8 +24,8 @@ def test_worked_example_llama_8b_on_24gb():
     assert mem.kv_bytes_per_token(32, 8, 128, 2) == 131072
     a = arch("llama-3.1-8b")
     assert mem.model_kv_bytes_per_token(a, 1, 1, 2) == 131072
-    inp = mem.PlanInput(arch=a, gpu_bytes=24e9, gpu_memory_utilization=0.92, weights=16e9, overhead=1.5e9)
-    res = mem.plan_memory(inp)
+    inp = sizing.PlanInput(arch=a, gpu_bytes=24e9, gpu_memory_utilization=0.92, weights=16e9, overhead=1.5e9)
+    res = sizing.plan_memory(inp)
     assert res.budget_bytes == pytest.approx(22.08e9)          # "about 22.1 GB share"
     assert res.kv_cache_bytes == pytest.approx(4.58e9)         # "about 4.6 GB for the KV cache"
     assert res.kv_bytes_per_token == 131072
@@ -33,7 +34,7 @@ def test_worked_example_llama_8b_on_24gb():
     assert res.max_model_len == 131072                         # the default: the model's maximum
     assert res.request_kv_bytes == 16 * GIB                    # 131,072 tokens need 16 GiB ...
     assert not res.fits                                        # ... so vLLM refuses to start
-    short = mem.plan_memory(mem.with_changes(inp, max_model_len=16384))
+    short = sizing.plan_memory(sizing.with_changes(inp, max_model_len=16384))
     assert short.request_kv_bytes == 2 * GIB                   # 16,384 tokens need 2 GiB
     assert short.fits
     assert math.floor(short.max_concurrency) == 2              # two run at once
@@ -195,23 +196,24 @@ def test_activations_grow_with_batched_tokens_and_graphs_vanish_when_eager():
 
 
 def test_release_defaults():
-    v = mem.version_tuple
-    assert mem.default_gpu_memory_utilization(v("0.19.1")) == 0.9
-    assert mem.default_gpu_memory_utilization(v("0.20.0")) == 0.92
-    assert mem.default_max_num_seqs(v("0.10.0"), 79.2, "H100-80GB") == 1024
-    assert mem.default_max_num_seqs(v("0.10.0"), 79.2, "A100-80GB") == 256
-    assert mem.default_max_num_batched_tokens(v("0.7.3"), 8192, 39.4) == 8192     # V0: max(len, 2048)
-    assert mem.default_max_num_batched_tokens(v("0.7.3"), 131072, 39.4) == 2048   # V0 chunked prefill
-    assert mem.default_max_num_batched_tokens(v("0.10.0"), 2048, 23.7, "RTX 3090") == 2048
-    assert mem.graphs_budgeted(v("0.20.0")) and not mem.graphs_budgeted(v("0.19.1"))
+    v = releases.parse_version
+    d = releases.default
+    assert d("gpu_memory_utilization", v("0.19.1")) == 0.9
+    assert d("gpu_memory_utilization", v("0.20.0")) == 0.92
+    assert d("max_num_seqs", v("0.10.0"), gpu_gib=79.2, gpu_name="H100-80GB") == 1024
+    assert d("max_num_seqs", v("0.10.0"), gpu_gib=79.2, gpu_name="A100-80GB") == 256
+    assert d("max_num_batched_tokens", v("0.7.3"), max_model_len=8192, gpu_gib=39.4) == 8192     # V0: max(len, 2048)
+    assert d("max_num_batched_tokens", v("0.7.3"), max_model_len=131072, gpu_gib=39.4) == 2048   # V0 chunked prefill
+    assert d("max_num_batched_tokens", v("0.10.0"), max_model_len=2048, gpu_gib=23.7, gpu_name="RTX 3090") == 2048
+    assert sizing.graphs_budgeted(v("0.20.0")) and not sizing.graphs_budgeted(v("0.19.1"))
 
 
 def test_what_if_rows_and_given_numbers():
     a = arch("llama-3.1-8b")
-    inp = mem.PlanInput(arch=a, gpu_bytes=24e9, gpu_memory_utilization=0.92, weights=16e9, overhead=1.5e9,
+    inp = sizing.PlanInput(arch=a, gpu_bytes=24e9, gpu_memory_utilization=0.92, weights=16e9, overhead=1.5e9,
                         max_model_len=16384)
-    res = mem.plan_memory(inp)
-    rows = {r["label"]: r for r in mem.what_if(inp, res)}
+    res = sizing.plan_memory(inp)
+    rows = {r["label"]: r for r in sizing.what_if(inp, res)}
     assert abs(rows["fp8 KV cache"]["kv_cache_tokens"] - 2 * res.kv_cache_tokens) <= 16  # block rounding
     assert rows["--gpu-memory-utilization 0.95"]["kv_cache_bytes"] == pytest.approx(4.58e9 + 0.03 * 24e9, rel=1e-6)
     # a given weight size scales with the estimate: 4-bit linear layers + 16-bit embeddings = 36% of 16-bit here
@@ -235,49 +237,49 @@ def test_config_json_fields():
 
 # --- issue 15: rules for classes of releases and models ----------------------------------------------------
 
-def _inp(name: str, **kw) -> mem.PlanInput:
+def _inp(name: str, **kw) -> sizing.PlanInput:
     base = {"arch": arch(name), "gpu_bytes": 79.19 * GIB, "gpu_name": "H100-80GB"}
-    return mem.PlanInput(**{**base, **kw})
+    return sizing.PlanInput(**{**base, **kw})
 
 
 def test_sampler_coefficient_by_release_and_flashinfer():
-    assert mem.sampler_bytes_per_logit((0, 7, 3)) == 39
-    assert mem.sampler_bytes_per_logit((0, 19, 0)) == pytest.approx(15.4)
+    assert sizing.sampler_bytes_per_logit((0, 7, 3)) == 39
+    assert sizing.sampler_bytes_per_logit((0, 19, 0)) == pytest.approx(15.4)
     # FlashInfer's kernel where the release turns it on and FlashInfer is installed, or the env var opts in
-    assert mem.sampler_bytes_per_logit((0, 10, 1), flashinfer=True) == 12
-    assert mem.sampler_bytes_per_logit((0, 10, 1), flashinfer=False) == 39
-    assert mem.sampler_bytes_per_logit((0, 19, 0), flashinfer=True) == pytest.approx(15.4)  # off by default
-    assert mem.sampler_bytes_per_logit((0, 19, 0), flashinfer=True, opt_in=True) == 12
+    assert sizing.sampler_bytes_per_logit((0, 10, 1), flashinfer=True) == 12
+    assert sizing.sampler_bytes_per_logit((0, 10, 1), flashinfer=False) == 39
+    assert sizing.sampler_bytes_per_logit((0, 19, 0), flashinfer=True) == pytest.approx(15.4)  # off by default
+    assert sizing.sampler_bytes_per_logit((0, 19, 0), flashinfer=True, opt_in=True) == 12
 
 
 def test_non_torch_by_release_tp_and_custom_all_reduce():
     v = (0, 19, 0)
-    assert mem.non_torch_bytes(1, 1, "H100", v) / GIB == pytest.approx(0.25)
-    assert mem.non_torch_bytes(2, 1, "H100", v) / GIB == pytest.approx(2.10)
-    assert mem.non_torch_bytes(1, 2, "H100", v) / GIB == pytest.approx(0.25)  # pipeline-only: no all-reduce
-    assert mem.non_torch_bytes(2, 1, "H100", v, custom_all_reduce=False) / GIB == pytest.approx(0.40)
-    assert mem.non_torch_bytes(2, 1, "H100", (0, 7, 2)) / GIB == pytest.approx(1.50)
+    assert sizing.non_torch_bytes(1, 1, "H100", v) / GIB == pytest.approx(0.25)
+    assert sizing.non_torch_bytes(2, 1, "H100", v) / GIB == pytest.approx(2.10)
+    assert sizing.non_torch_bytes(1, 2, "H100", v) / GIB == pytest.approx(0.25)  # pipeline-only: no all-reduce
+    assert sizing.non_torch_bytes(2, 1, "H100", v, custom_all_reduce=False) / GIB == pytest.approx(0.40)
+    assert sizing.non_torch_bytes(2, 1, "H100", (0, 7, 2)) / GIB == pytest.approx(1.50)
 
 
 def test_v0_without_chunked_prefill_profiles_the_whole_length():
     # V0 below 32K: max_num_batched_tokens = max(max_model_len, 2048), so a longer length leaves less KV
-    short = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=20000, version=(0, 6, 4)))
-    long = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=29000, version=(0, 6, 4)))
+    short = sizing.plan_memory(_inp("llama-3.1-8b", max_model_len=20000, version=(0, 6, 4)))
+    long = sizing.plan_memory(_inp("llama-3.1-8b", max_model_len=29000, version=(0, 6, 4)))
     assert short.max_num_batched_tokens == 20000 and long.max_num_batched_tokens == 29000
     assert long.activation_bytes > short.activation_bytes and long.kv_cache_bytes < short.kv_cache_bytes
     # above 32K chunked prefill turns on: the peak falls again (not monotonic across the switch)
-    chunked = mem.plan_memory(_inp("llama-3.1-8b", max_model_len=40000, version=(0, 6, 4)))
+    chunked = sizing.plan_memory(_inp("llama-3.1-8b", max_model_len=40000, version=(0, 6, 4)))
     assert chunked.activation_bytes < short.activation_bytes
-    assert any("max(max_model_len, 2048)" in line for line in mem.physics_assumptions(long))
+    assert any("max(max_model_len, 2048)" in line for line in sizing.physics_assumptions(long))
 
 
 def test_multimodal_encoder_profiling_peak():
     a = arch("qwen2-vl-2b")
     assert mem.encoder_items(a, 2048) == 1          # budget max(2048, 16384) holds one largest image
     assert mem.encoder_bytes(a, 2048) / GIB == pytest.approx(2.16, rel=0.01)
-    res = mem.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB))
+    res = sizing.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB))
     assert res.activation_bytes == mem.encoder_bytes(a, res.max_num_batched_tokens)
-    skipped = mem.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB,
+    skipped = sizing.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB,
                                    skip_mm_profiling=True))
     assert skipped.activation_bytes < res.activation_bytes
     # Gemma 3's 256-token images: 32 of them in an 8192-token budget
@@ -285,15 +287,15 @@ def test_multimodal_encoder_profiling_peak():
 
 
 def test_max_model_len_auto_picks_the_longest_length_that_fits():
-    res = mem.plan_memory(_inp("llama-3.1-8b", gpu_bytes=22.05 * GIB, gpu_name="L4", max_model_len_auto=True))
+    res = sizing.plan_memory(_inp("llama-3.1-8b", gpu_bytes=22.05 * GIB, gpu_name="L4", max_model_len_auto=True))
     assert 0 < res.max_model_len < 131072
     assert res.request_kv_bytes <= res.kv_cache_bytes
-    fits = mem.plan_memory(_inp("llama-3.1-8b", max_model_len_auto=True))   # 80 GB: the model's maximum fits
+    fits = sizing.plan_memory(_inp("llama-3.1-8b", max_model_len_auto=True))   # 80 GB: the model's maximum fits
     assert fits.max_model_len == 131072
 
 
 def test_serve_extras_from_flags_and_env():
-    extras = mem.serve_extras({"--disable-custom-all-reduce": True, "--skip-mm-profiling": True},
+    extras = sizing.serve_extras({"--disable-custom-all-reduce": True, "--skip-mm-profiling": True},
                               {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, auto_len=True)
     assert extras == {"max_model_len_auto": True, "custom_all_reduce": False, "skip_mm_profiling": True,
                       "flashinfer_sampler": True, "flashinfer": True}
@@ -301,12 +303,12 @@ def test_serve_extras_from_flags_and_env():
 
 def test_cuda_graph_estimate_by_release():
     a = arch("llama-3.1-8b")
-    old = mem.cuda_graph_bytes(a, version=(0, 7, 3)) / GIB
-    new = mem.cuda_graph_bytes(a, version=(0, 19, 0)) / GIB
+    old = sizing.cuda_graph_bytes(a, 1, False, (0, 7, 3), None) / GIB
+    new = sizing.cuda_graph_bytes(a, 1, False, (0, 19, 0), None) / GIB
     assert old == pytest.approx(0.10 + 0.006 * 32)
     assert new == pytest.approx(0.84, abs=0.05)  # 'Estimated CUDA graph memory: 0.84 GiB' (0.19, H100)
-    assert mem.cuda_graph_bytes(a, enforce_eager=True, version=(0, 19, 0)) == 0
-    res = mem.plan_memory(mem.PlanInput(arch=a, gpu_bytes=79.19 * GIB, version=(0, 21, 0), max_model_len=8192))
+    assert sizing.cuda_graph_bytes(a, 1, True, (0, 19, 0), None) == 0
+    res = sizing.plan_memory(sizing.PlanInput(arch=a, gpu_bytes=79.19 * GIB, version=(0, 21, 0), max_model_len=8192))
     assert res.graphs_in_budget and res.overhead_bytes >= res.cuda_graph_bytes
 
 
@@ -319,14 +321,66 @@ def test_hybrid_linear_attention_state_and_page_unification():
     assert mem.hybrid_block_size(a, 1) == 544
     assert mem.hybrid_block_size(a, 4) == 272  # TP 4: the state splits by heads, the KV head is replicated
     assert mem.model_kv_bytes_per_token(a) == 12 * 2048  # only the full-attention layers cache tokens
-    short = mem.request_kv_bytes(a, 1024)
+    short = mem.request_kv_bytes(a, 1024, block_size=544)
     assert short == (12 * 2 + 36) * 544 * 2048  # 2 blocks for each attention layer, one state page per other
-    res = mem.plan_memory(mem.PlanInput(arch=a, gpu_bytes=79.19 * GIB, tensor_parallel_size=4,
-                                        max_model_len=32768, version=(0, 11, 0)))
+    assert mem.request_kv_bytes(a, 1024, block_size=544, state_pages=2) == short + 36 * 544 * 2048
+    res = sizing.plan_memory(sizing.PlanInput(arch=a, gpu_bytes=79.19 * GIB, tensor_parallel_size=4,
+                                              max_model_len=32768, version=(0, 24, 0)))
+    assert res.block_size == 272 and res.state_pages == 1
     naive = mem.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
     assert 0 < res.kv_cache_tokens < naive  # state pages count: fewer tokens than attention alone suggests
-    assert res.kv_cache_tokens == int(res.max_concurrency * 32768)
-    assert any("hybrid linear attention" in line for line in mem.physics_assumptions(res))
+    assert res.kv_cache_tokens == int(res.max_concurrency * 32768)  # 0.22+: concurrency x length
+    assert any("hybrid Gated DeltaNet" in line for line in sizing.physics_assumptions(res))
+
+
+def test_hybrid_token_count_by_release_and_prefix_caching():
+    # Qwen3.5-35B-A3B (10 attention + 30 Gated DeltaNet layers, fp32 SSM state) as three real start-ups printed
+    a = arch("qwen3.5-35b-a3b")
+    assert a.ssm_dtype == "float32"
+    # 0.19.1 (vllm-project/vllm#39559, GGUF, bf16 KV): block 1056, 6.9 GiB -> 342 blocks // 4 groups x 1056
+    gguf = sizing.plan_memory(_inp("qwen3.5-35b-a3b", version=(0, 19, 1), kv_cache_bytes=6.9 * GIB,
+                                   max_model_len=262144))
+    assert gguf.block_size == 1056 and gguf.kv_cache_tokens == 89760
+    assert gguf.max_concurrency == pytest.approx(1.36, abs=0.005)
+    # 0.24.0 (noonghunna/club-3090#612, fp8 KV, prefix caching: 'align', two state pages a sequence)
+    nv = sizing.plan_memory(_inp("qwen3.5-35b-a3b", version=(0, 24, 0), kv_cache_bytes=5.98 * GIB,
+                                 max_model_len=131072, kv_cache_dtype="fp8", enable_prefix_caching=True))
+    assert nv.block_size == 2096 and nv.state_pages == 2
+    assert nv.max_concurrency == pytest.approx(4.33, abs=0.005)
+    assert nv.kv_cache_tokens == pytest.approx(567978, abs=16)
+    off = sizing.plan_memory(_inp("qwen3.5-35b-a3b", version=(0, 24, 0), kv_cache_bytes=5.98 * GIB,
+                                  max_model_len=131072, kv_cache_dtype="fp8"))
+    assert off.max_concurrency > nv.max_concurrency  # one state page a sequence without prefix caching
+    # --mamba-ssm-cache-dtype float16 halves the SSM state: (24,576 x 2 + 524,288 x 2) / 1,024 B -> 1072 tokens
+    half = sizing.plan_memory(_inp("qwen3.5-35b-a3b", version=(0, 24, 0), kv_cache_bytes=5.98 * GIB,
+                                   max_model_len=131072, kv_cache_dtype="fp8", mamba_ssm_cache_dtype="float16"))
+    assert half.block_size == 1072
+
+
+def test_mamba_state_and_layouts():
+    jamba, nemo = arch("jamba-v0.1"), arch("nemotron-h-8b")
+    assert jamba.state_kind == "mamba1" and jamba.kinds().count("full") == 4 and jamba.kinds()[4] == "full"
+    assert nemo.state_kind == "mamba2" and nemo.kinds().count("full") == 4 and nemo.kinds().count("linear") == 24
+    assert nemo.kinds().count("none") == 24  # MLP-only layers cache nothing
+    # Jamba: (8192 x 3 conv + 8192 x 16 state) x 2 bytes; Nemotron-H: (10240 x 3 + 128 x 64 x 128) x 2
+    assert mem.state_bytes_per_layer(jamba) == (8192 * 3 + 8192 * 16) * 2
+    assert mem.state_bytes_per_layer(nemo) == (10240 * 3 + 128 * 64 * 128) * 2
+    assert mem.state_bytes_per_layer(nemo, tp=2) == (5120 * 3 + 64 * 64 * 128) * 2
+    assert mem.model_kv_bytes_per_token(nemo) == 4 * 2 * 8 * 128 * 2
+    # the parameter estimates of the hybrid layouts land on the published totals
+    for name in ("jamba-v0.1", "nemotron-h-8b", "qwen3.5-35b-a3b"):
+        spec = load_model(name)
+        assert mem.param_count(spec.arch) / 1e9 == pytest.approx(spec.arch.params_b, rel=0.05), name
+    # V0 (0.6.x) keeps Jamba's state outside the cache: 256 sequences x 28 layers of state in the activations
+    v0 = sizing.plan_memory(_inp("jamba-v0.1", version=(0, 6, 4), max_model_len=8192))
+    assert v0.state_pages == 0 and v0.block_size == 16
+    assert v0.kv_cache_tokens == mem.kv_cache_tokens(v0.kv_cache_bytes, v0.kv_bytes_per_token)
+    assert v0.activation_bytes >= 256 * 28 * mem.state_bytes_per_layer(jamba)
+    v1 = sizing.plan_memory(_inp("nemotron-h-8b", version=(0, 24, 0), max_model_len=8192))
+    assert v1.state_pages == 1 and v1.block_size == mem.hybrid_block_size(nemo)
+    assert v1.kv_cache_tokens == int(v1.max_concurrency * 8192)
+    assert any(line.startswith("hybrid Mamba-2: 4 of 52 layers") for line in sizing.physics_assumptions(v1))
+    assert any("outside the KV cache" in line for line in sizing.physics_assumptions(v0))
 
 
 def test_hybrid_from_config_json():
@@ -340,13 +394,102 @@ def test_hybrid_from_config_json():
 
 
 def test_kv_cache_memory_bytes_what_if_when_the_share_is_too_small():
-    inp = mem.PlanInput(arch=arch("llama-3.1-8b"), gpu_bytes=22.05 * GIB, gpu_name="L4", gpu_memory_utilization=0.8,
+    inp = sizing.PlanInput(arch=arch("llama-3.1-8b"), gpu_bytes=22.05 * GIB, gpu_name="L4", gpu_memory_utilization=0.8,
                         max_model_len=40000, version=(0, 19, 0))
-    res = mem.plan_memory(inp)
+    res = sizing.plan_memory(inp)
     assert not res.fits
-    rows = {r["label"]: r for r in mem.what_if(inp, res)}
+    rows = {r["label"]: r for r in sizing.what_if(inp, res)}
     row = rows["--kv-cache-memory-bytes (whole GPU)"]
-    assert row["kv_cache_bytes"] == int(mem.whole_gpu_kv_bytes(res)) > res.kv_cache_bytes
+    assert row["kv_cache_bytes"] == int(sizing.whole_gpu_kv_bytes(res)) > res.kv_cache_bytes
     assert row["flags"]["--gpu-memory-utilization"] is None and row["fits"]
-    old = mem.PlanInput(**{**inp.__dict__, "version": (0, 9, 2)})  # before 0.10.2 the flag does not exist
-    assert "--kv-cache-memory-bytes (whole GPU)" not in {r["label"] for r in mem.what_if(old, mem.plan_memory(old))}
+    old = sizing.PlanInput(**{**inp.__dict__, "version": (0, 9, 2)})  # before 0.10.2 the flag does not exist
+    assert "--kv-cache-memory-bytes (whole GPU)" not in {r["label"] for r in sizing.what_if(old, sizing.plan_memory(old))}
+
+
+def test_hybrid_startups_after_0_19_reproduce_vllms_tokens():
+    # tests/data/startup_measurements.yaml token_pairs: real hybrid start-ups (one GGUF), their printed KV memory
+    # in, vLLM's printed token count and concurrency out, within 1%; the attention-only count over-promises
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("planner_accuracy_t", root / "bench" / "planner_accuracy.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["planner_accuracy_t"] = bench
+    spec.loader.exec_module(bench)
+    data = bench.load()
+    pairs = data["token_pairs"]
+    assert len(pairs) >= 3 and any(p["config"].get("quantization") == "gguf" for p in pairs)
+    assert all(releases.parse_version(str(p["config"]["vllm_version"])) > (0, 19, 0) for p in pairs)
+    for (pid, _est, _printed, err, naive), pair in zip(bench.token_errors(data), pairs, strict=True):
+        assert abs(err) <= 0.01, pid
+        assert naive > 0.05, pid  # attention layers alone promise more tokens than vLLM gives
+        inp = sizing.with_changes(bench.plan_input(pair["config"]), kv_cache_bytes=pair["measured"]["kv_cache_gib"] * GIB)
+        assert sizing.plan_memory(inp).max_concurrency == pytest.approx(pair["measured"]["max_concurrency"], abs=0.006)
+
+
+def test_docstring_examples_of_the_arithmetic_hold():
+    import doctest
+
+    from diagnoser import units
+
+    for module in (mem, sizing, units):
+        assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_memory_keeps_only_arithmetic():
+    # the split of issue 14: no release lookups, no log parsing, no plan orchestration defined in memory.py
+    import inspect
+
+    from diagnoser import units
+
+    source = inspect.getsource(mem)
+    assert "import releases" not in source and "from . import releases" not in source
+    assert "def log_size_gib" not in source and "def plan_memory" not in source
+    # moved names stay importable from memory.py (lazily) until plan/ imports the new homes
+    assert mem.plan_memory is sizing.plan_memory and mem.version_tuple is releases.parse_version
+    assert mem.log_size_gib is units.log_size_gib
+    with pytest.raises(AttributeError):
+        _ = mem.mla_kv_bytes_per_token
+
+
+def test_mamba_hybrids_from_config_json():
+    # nvidia/Nemotron-H-8B-Base-8K and ai21labs/Jamba-v0.1 config.json fields (trimmed)
+    nemo = arch_from_config({
+        "model_type": "nemotron_h", "num_hidden_layers": 52, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 21504, "vocab_size": 131072,
+        "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", "mamba_num_heads": 128,
+        "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "expand": 2,
+        "mlp_hidden_act": "relu2", "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}, "nemo")
+    assert nemo.state_kind == "mamba2" and nemo.mlp_matrices == 2
+    assert mem.state_bytes_per_layer(nemo) == mem.state_bytes_per_layer(arch("nemotron-h-8b"))
+    assert nemo.kinds() == arch("nemotron-h-8b").kinds()
+    jamba = arch_from_config({
+        "model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 65536, "attn_layer_offset": 4,
+        "attn_layer_period": 8, "mamba_d_conv": 4, "mamba_d_state": 16, "mamba_expand": 2,
+        "num_experts": 16, "num_experts_per_tok": 2, "torch_dtype": "bfloat16"}, "jamba")
+    assert jamba.state_kind == "mamba1" and jamba.kinds() == arch("jamba-v0.1").kinds()
+    assert mem.state_bytes_per_layer(jamba) == (8192 * 3 + 8192 * 16) * 2
+    # a Qwen3.5 config fixes its SSM state dtype
+    qwen = arch_from_config({
+        "model_type": "qwen3_5_text", "num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "head_dim": 256, "intermediate_size": 3584, "vocab_size": 248320,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
+        "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": 16,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "mamba_ssm_dtype": "float32"}, "q")
+    assert qwen.ssm_dtype == "float32" and qwen.kinds().count("full") == 2
+
+
+def test_hostile_hybrid_configs_are_refused_by_name(tmp_path):
+    from diagnoser.modelspec import SpecError
+
+    base = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+            "intermediate_size": 128}
+    for extra, key in (({"hybrid_override_pattern": "M*" * 5000}, "hybrid_override_pattern"),
+                       ({"mamba_num_heads": 0}, "mamba_num_heads"), ({"ssm_state_size": 1e300}, "ssm_state_size")):
+        path = tmp_path / "config.json"
+        path.write_text(__import__("json").dumps({**base, **extra}))
+        with pytest.raises(SpecError, match=key):
+            load_model(str(path))
