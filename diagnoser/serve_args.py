@@ -122,6 +122,7 @@ class ServeArgs:
     positionals: list[str] = field(default_factory=list)   #: positionals after the model (argparse rejects)
     env: dict[str, str] = field(default_factory=dict)      #: VAR=value words before the program
     prog: str = "vllm serve"
+    model_flag: bool = False                                #: the model was given as `--model NAME`
 
     def settings(self) -> dict[str, Any]:
         """Python names -> values ('max_model_len' -> '2048'); values stay the words as written."""
@@ -154,6 +155,24 @@ def parse(tokens: list[str]) -> ServeArgs:
         i += 3
     while i < len(toks) and (toks[i] in _PROGRAM_WORDS or toks[i].endswith(("/vllm", "api_server"))):
         i += 1
+    return _parse_arguments(toks, i, out)
+
+
+def parse_arguments(tokens: list[str]) -> ServeArgs:
+    """The arguments after the program (`MODEL --flag v ...`), read as parse() reads them; no env or program words."""
+    return _parse_arguments(list(tokens), 0, ServeArgs())
+
+
+def resolve(name: str) -> tuple[Flag | None, bool]:
+    """The flag an option's name spells, and whether it is an abbreviation argparse accepts (`--max-model`)."""
+    flag = lookup(name)
+    if flag is not None:
+        return flag, False
+    flag = by_prefix(name)
+    return flag, flag is not None
+
+
+def _parse_arguments(toks: list[str], i: int, out: ServeArgs) -> ServeArgs:
     while i < len(toks):
         tok = toks[i]
         i += 1
@@ -164,11 +183,7 @@ def parse(tokens: list[str]) -> ServeArgs:
                 out.positionals.append(tok)
             continue
         name, eq, raw = tok.partition("=")
-        flag = lookup(name)
-        abbreviated = False
-        if flag is None:
-            flag = by_prefix(name)
-            abbreviated = flag is not None
+        flag, abbreviated = resolve(name)
         takes = flag.value if flag is not None else (not eq and i < len(toks) and not _is_option(toks[i]))
         item = Item(spelled=name, flag=flag, words=None, abbreviated=abbreviated,
                     negated=name.startswith("--no-") and flag is not None and flag.negatable)
@@ -182,6 +197,7 @@ def parse(tokens: list[str]) -> ServeArgs:
                 i += 1
         if flag is not None and flag.name == "--model" and item.words:
             out.model = item.words[0]
+            out.model_flag = True
             continue
         out.items.append(item)
     return out

@@ -312,6 +312,22 @@ def shell_words(text: str, first_line: int = 1) -> list[Word]:
     return ShellLexer(text, first_line).words()
 
 
+def simple_commands(words: list[Word]) -> list[tuple[list[Word], Word | None]]:
+    """Split at control operators: [(words, the operator that ended them)]."""
+    out: list[tuple[list[Word], Word | None]] = []
+    cur: list[Word] = []
+    for w in words:
+        if w.op:
+            if cur:
+                out.append((cur, w))
+            cur = []
+            continue
+        cur.append(w)
+    if cur:
+        out.append((cur, None))
+    return out
+
+
 def _unterminated(words: list[Word], text: str, pos: int, line: int, kind: str) -> list[Word]:
     """An unterminated quote: sh runs the commands before it, then stops with a syntax error."""
     k = len(words)
