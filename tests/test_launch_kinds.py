@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -73,15 +72,13 @@ def test_a_shell_entrypoint_runs_the_cmd_script(entry, tmp_path):
     assert "--max-model-len $LEN" in launches[0].notes[0] and launches[0].image_version == "0.8.5"
 
 
-def test_a_continued_instruction_too_long_to_join_is_refused_quickly(tmp_path):
-    # dockerfile-parse joins continued lines by repeated concatenation (quadratic): bounded before it runs
-    path = tmp_path / "Dockerfile"
-    path.write_text("FROM vllm/vllm-openai\nCMD vllm serve m \\\n" + "  --x 1 \\\n" * 1_000_000 + "  --y 2\n")
-    start = time.monotonic()
-    with pytest.raises(LaunchFileError, match="line 2: an instruction continued over more lines"):
-        read_launch_file(str(path))
-    assert time.monotonic() - start < 20
-    assert MAX_JOIN_COST < 10 ** 9
+def test_a_long_real_instruction_is_within_the_join_budget(tmp_path):
+    # 2,000 continued lines (real ones have tens) are read; a million are refused (tests/security)
+    run = "RUN " + " && \\\n    ".join(f"apt-get install -y --no-install-recommends package-number-{i}"
+                                        for i in range(2_000))
+    path = write(tmp_path, "Dockerfile", f"FROM vllm/vllm-openai:v0.9.2\n{run}\nCMD [\"{MODEL}\"]\n")
+    assert len(Path(path).read_text()) > 100_000 and MAX_JOIN_COST < 10 ** 9
+    assert read_launch_file(path).launches[0].tokens == ["vllm", "serve", MODEL]
 
 
 def test_a_12_mb_one_line_dockerfile_is_read_in_one_pass(tmp_path):
