@@ -172,6 +172,24 @@ def resolve(name: str) -> tuple[Flag | None, bool]:
     return flag, flag is not None
 
 
+def takes_value(flag: Flag | None, toks: list[str], i: int) -> bool:
+    """Whether the option before toks[i] (no `=value`) takes a value: the flag list says; an unknown flag
+    takes the next word unless it looks like an option."""
+    return flag.value if flag is not None else (i < len(toks) and not _is_option(toks[i]))
+
+
+def value_count(flag: Flag | None, toks: list[str], i: int) -> int:
+    """How many of toks[i:] the option takes as its value: one, or every word up to the next option for
+    nargs '+'; none when the next word looks like an option (argparse does the same), except a negative number."""
+    if not takes_value(flag, toks, i):
+        return 0
+    many = flag is not None and flag.nargs == "+"
+    n = 0
+    while i + n < len(toks) and not _is_option(toks[i + n]) and (many or n == 0):
+        n += 1
+    return n
+
+
 def _parse_arguments(toks: list[str], i: int, out: ServeArgs) -> ServeArgs:
     while i < len(toks):
         tok = toks[i]
@@ -184,17 +202,14 @@ def _parse_arguments(toks: list[str], i: int, out: ServeArgs) -> ServeArgs:
             continue
         name, eq, raw = tok.partition("=")
         flag, abbreviated = resolve(name)
-        takes = flag.value if flag is not None else (not eq and i < len(toks) and not _is_option(toks[i]))
         item = Item(spelled=name, flag=flag, words=None, abbreviated=abbreviated,
                     negated=name.startswith("--no-") and flag is not None and flag.negatable)
         if eq:
             item.words = [raw]
-        elif takes:
-            item.words = []
-            many = flag is not None and flag.nargs == "+"
-            while i < len(toks) and not _is_option(toks[i]) and (many or not item.words):
-                item.words.append(toks[i])
-                i += 1
+        elif takes_value(flag, toks, i):
+            n = value_count(flag, toks, i)
+            item.words = toks[i:i + n]
+            i += n
         if flag is not None and flag.name == "--model" and item.words:
             out.model = item.words[0]
             out.model_flag = True

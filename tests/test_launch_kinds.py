@@ -127,3 +127,13 @@ def test_a_config_key_set_to_true_does_not_swallow_the_next_setting(tmp_path):
     got = read_launch_file(write(tmp_path, "serve.sh", f"vllm serve {MODEL} --config cfg.yaml -tp 2\n"))
     tokens = got.launches[0].tokens
     assert tokens == ["vllm", "serve", MODEL, "-tp", "2", "--max-model-len", "--no-enable-prefix-caching"]
+
+
+def test_a_list_value_with_an_unexpanded_element_is_left_out_whole(tmp_path):
+    got = read_launch_file(write(tmp_path, "serve-vllm.sh", f"""
+        vllm serve {MODEL} --cuda-graph-sizes 1 2 $MORE --max-model-lenn $LEN -tp 2
+        """)).launches[0]
+    # a partial capture list is not planned; a misspelled flag stays for the planner to report
+    assert got.tokens == ["vllm", "serve", MODEL, "--max-model-lenn", "-tp", "2"]
+    assert got.notes[0].startswith("line 1: --cuda-graph-sizes 1 2 $MORE: the value is not expanded here")
+    assert got.notes[1] == "line 1: $LEN is not expanded here; whatever it adds to the command is not planned"

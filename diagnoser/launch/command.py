@@ -115,13 +115,15 @@ def _tokens(prog: list[str], args: list[Word], env: dict[str, str], base: Path |
             ) -> tuple[list[str], list[str]]:
     """Program + arguments -> parser tokens; unknown ($VAR) values are left out with a note.
 
-    This walks Words, not strings, because what the shell would expand is known per word; the arity of each
-    flag is serve_args' (the flag list's), so a value is taken exactly where the planner's parser takes it.
+    Which words are a known option's value is serve_args' decision (the flag list's arity: one word, or all up
+    to the next option for nargs '+', never an option); this walk keeps the Words because only they know what
+    the shell would expand. A list with one unknown element is left out whole (a partial list is not planned).
     """
     notes: list[str] = []
     out: list[str] = []
     have_model = False
     config: str | None = None
+    texts = [w.text for w in args]
     i = 0
     while i < len(args):
         w = args[i]
@@ -130,36 +132,30 @@ def _tokens(prog: list[str], args: list[Word], env: dict[str, str], base: Path |
         if t.startswith("-") and t != "-" and not (w.dynamic and "=" not in t):
             name, eq, value = t.partition("=")
             flag = serve_args.resolve(name)[0]
-            is_config = name == "--config"
-            if name == "--model":
-                have_model = True
-            if (is_config or (flag is not None and flag.value)) and not eq and i < len(args):
-                val = args[i]
-                i += 1
-                if val.dynamic and name == "--model":
-                    notes.append(_unknown_model_note(val.raw or val.text, val.line))
-                elif val.dynamic:
-                    notes.append(_unknown_note(f"{name} {val.raw or val.text}", val.line))
-                elif is_config:
-                    config = val.text
-                else:
-                    out.extend([t, val.text])
-                continue
+            # an unknown flag goes on as written, for the planner to report; the words after it stand alone
+            n = 0 if eq or flag is None else serve_args.value_count(flag, texts, i)
+            vals, i = args[i:i + n], i + n
+            have_model = have_model or name == "--model"
+            unknown = [v for v in vals if v.dynamic]
             if w.dynamic:
                 notes.append(_unknown_note(w.raw or t, w.line))
-            elif is_config and eq:
-                config = value
+            elif unknown and name == "--model":
+                notes.append(_unknown_model_note(unknown[0].raw or unknown[0].text, unknown[0].line))
+            elif unknown:
+                spelled = " ".join(v.raw or v.text for v in vals)
+                notes.append(_unknown_note(f"{name} {spelled}", unknown[0].line))
+            elif name == "--config" and (eq or vals):
+                config = value if eq else vals[0].text
             else:
-                out.append(t)
+                out.extend([t, *(v.text for v in vals)])
             continue
         if w.dynamic:
             what = w.raw or t
             notes.append(_unknown_model_note(what, w.line) if not have_model else
                          f"line {w.line}: {what} is not expanded here; whatever it adds to the command is not planned")
-            have_model = True
-            continue
+        else:
+            out.append(t)
         have_model = True
-        out.append(t)
     if config is not None:
         out = merge_config(out, config, base, notes)
     env_words = [f"{k}={v}" for k, v in env.items() if re.fullmatch(r"VLLM_\w*", k)]   # what the planner reads
