@@ -137,3 +137,15 @@ def test_a_list_value_with_an_unexpanded_element_is_left_out_whole(tmp_path):
     assert got.tokens == ["vllm", "serve", MODEL, "--max-model-lenn", "-tp", "2"]
     assert got.notes[0].startswith("line 1: --cuda-graph-sizes 1 2 $MORE: the value is not expanded here")
     assert got.notes[1] == "line 1: $LEN is not expanded here; whatever it adds to the command is not planned"
+
+
+def test_dockerfile_parse_is_imported_only_to_read_a_dockerfile(tmp_path):
+    script = write(tmp_path, "serve.sh", f"vllm serve {MODEL}\n")
+    docker = write(tmp_path, "Dockerfile", f'FROM vllm/vllm-openai\nCMD ["{MODEL}"]\n')
+    code = ("import sys; import diagnoser.cli, diagnoser.plan; from diagnoser.launch import read_launch_file; "
+            "seen = ['dockerfile_parse' in sys.modules]; read_launch_file(sys.argv[1]); "
+            "seen.append('dockerfile_parse' in sys.modules); read_launch_file(sys.argv[2]); "
+            "seen.append('dockerfile_parse' in sys.modules); print(seen)")
+    out = subprocess.run([sys.executable, "-c", code, script, docker], capture_output=True, text=True, timeout=60,
+                         check=True)
+    assert out.stdout.split() == ["[False,", "False,", "True]"]
