@@ -149,3 +149,25 @@ def test_dockerfile_parse_is_imported_only_to_read_a_dockerfile(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, script, docker], capture_output=True, text=True, timeout=60,
                          check=True)
     assert out.stdout.split() == ["[False,", "False,", "True]"]
+
+
+def test_a_multi_megabyte_env_line_is_refused_in_one_pass(tmp_path):
+    # dockerfile-parse's own ENV splitter took minutes on this; the shell lexer refuses it in about a second
+    path = tmp_path / "Dockerfile"
+    path.write_text("FROM vllm/vllm-openai\nENV VLLM_USE_V1=1 " + " ".join(f'K{i}="v {i}"' for i in range(800_000))
+                    + f'\nCMD ["{MODEL}"]\n')
+    with pytest.raises(LaunchFileError, match="line 2: more than 50,000 shell words"):
+        read_launch_file(str(path))
+
+
+@pytest.mark.parametrize("name, text", [
+    ("Dockerfile", "FROM vllm/vllm-openai\nCMD " + json.dumps([MODEL, *(["--enforce-eager"] * 60_000)]) + "\n"),
+    ("compose.yaml", "services:\n  vllm:\n    image: vllm/vllm-openai\n    command: "
+                     + json.dumps([MODEL, *(["--enforce-eager"] * 60_000)]) + "\n"),
+])
+def test_a_list_of_words_has_the_shell_lexers_bound(name, text, tmp_path):
+    # an exec-form CMD or a YAML command list is not lexed, so it is bounded on its own (1M words took 30 s)
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(LaunchFileError, match="more than 50,000 words in one command"):
+        read_launch_file(str(path))

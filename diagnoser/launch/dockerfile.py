@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .command import find_program, from_shell, launch_from_words, shell_script
-from .model import Launch, literal_env, literal_word, with_image
+from .model import Launch, literal_env, literal_words, with_image
 from .pins import vllm_image
-from .shell import LaunchFileError, Word
+from .shell import LaunchFileError, Word, shell_words
 
 #: dockerfile-parse joins a continued instruction by repeated string concatenation: quadratic in the
 #: instruction's length. Real Dockerfiles cost a few million character copies; a file over this budget is
@@ -29,7 +29,7 @@ _CONTINUED = re.compile(r"[\\`]\s*\Z")
 
 @dataclass
 class Stage:
-    """What the last `FROM` stage sets: its base image, environment, ENTRYPOINT and CMD (line, form)."""
+    """What the last `FROM` stage sets: its base image, VLLM_* environment, ENTRYPOINT and CMD (line, form)."""
 
     image: str = ""
     env: dict[str, str] = field(default_factory=dict)
@@ -75,14 +75,21 @@ def _form(rest: str) -> Any:
     return rest
 
 
-def _env(value: str) -> dict[str, str]:
-    """`ENV K=V K2="v 2"` or `ENV K V`; nothing for a malformed line (Docker refuses to build it)."""
-    from dockerfile_parse.util import extract_key_values
+def _env(value: str, line: int) -> dict[str, str]:
+    """The VLLM_* settings of `ENV K=V K2="v 2"` or `ENV K V` (the only variables the planner reads).
 
-    try:
-        return dict(extract_key_values(env_replace=False, args={}, envs={}, instruction_value=value))
-    except (ValueError, IndexError):
+    Split by the linear shell lexer (Docker reads ENV words the same way, quotes and all): the library's own
+    splitter takes minutes on a hostile multi-megabyte ENV line.
+    """
+    if "VLLM_" not in value:
         return {}
+    words = [w for w in shell_words(value, line) if not w.op]
+    if not words:
+        return {}
+    if "=" not in words[0].text:          # the legacy form: one variable, the rest of the line its value
+        return {words[0].text: " ".join(w.text for w in words[1:])} if not any(w.dynamic for w in words) else {}
+    pairs = (w.text.partition("=") for w in words if "=" in w.text and not w.dynamic)
+    return {k: v for k, _, v in pairs if k.startswith("VLLM_")}
 
 
 def final_stage(text: str) -> Stage:
@@ -100,7 +107,7 @@ def final_stage(text: str) -> Stage:
         if op == "FROM":
             stage = Stage(image=image_from(rest)[0] or "")
         elif op == "ENV" and rest:
-            stage.env.update(_env(rest))
+            stage.env.update(_env(rest, line))
         elif op == "ENTRYPOINT":
             stage.entry = (line, _form(rest))
         elif op == "CMD":
@@ -122,11 +129,11 @@ def from_dockerfile(text: str, base: Path | None) -> list[Launch]:
     if entry is None and cmd is not None and isinstance(cmd[1], str):
         return shell(cmd)
     line = (cmd or entry or (1, None))[0]
-    words = [literal_word(t, entry[0]) for t in entry[1]] if entry is not None else []
+    words = literal_words(entry[1], entry[0]) if entry is not None else []
     if cmd is not None and isinstance(cmd[1], str):
         words += [Word(t, cmd[0], t) for t in ("/bin/sh", "-c", cmd[1])]   # exec ENTRYPOINT + shell-form CMD
     elif cmd is not None:
-        words += [literal_word(t, cmd[0]) for t in cmd[1]]
+        words += literal_words(cmd[1], cmd[0])
     if not words:
         return []
     script = shell_script(words)

@@ -18,7 +18,7 @@ from .config import from_config, is_vllm_config
 from .docker import program
 from .model import Launch, literal_env, literal_word, with_image
 from .pins import vllm_image
-from .shell import LaunchFileError, Word, shell_words
+from .shell import MAX_WORDS, LaunchFileError, Word, shell_words, too_many_words
 
 #: YAML keys whose string values are shell commands (CI steps, SkyPilot, GitLab, Procfile-like configs);
 #: block scalars (`|`, `>`) are read as shell under any key.
@@ -99,6 +99,8 @@ def _yaml_words(node: yaml.Node | None) -> list[Word]:
     if node is None:
         return []
     if isinstance(node, yaml.SequenceNode):
+        if len(node.value) > MAX_WORDS:
+            raise too_many_words(node.start_mark.line + 1, "words in one command")
         out = []
         for item in node.value:
             value = safeyaml.construct(item)

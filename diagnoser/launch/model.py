@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from .pins import image_version
-from .shell import Word
+from .shell import MAX_WORDS, Word, too_many_words
 
 #: A word the shell (or compose, or Kubernetes) would expand: its value is unknown here.
 DYNAMIC_RE = re.compile(r"\$[\w{(@*#?!$-]|`")
@@ -15,6 +15,13 @@ DYNAMIC_RE = re.compile(r"\$[\w{(@*#?!$-]|`")
 def literal_word(text: str, line: int) -> Word:
     """A word given literally (a YAML or JSON list item): no shell reads it, but `$VAR` still marks it unknown."""
     return Word(text, line, text, bool(DYNAMIC_RE.search(text)))
+
+
+def literal_words(texts: list[str], line: int) -> list[Word]:
+    """An exec-form or YAML list of words, with the shell lexer's bound on how many a launch may hold."""
+    if len(texts) > MAX_WORDS:
+        raise too_many_words(line, "words in one command")
+    return [literal_word(t, line) for t in texts]
 
 
 def literal_env(env: dict[str, str]) -> dict[str, str]:
