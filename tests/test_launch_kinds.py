@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diagnoser.launch import KINDS, Kind, LaunchFileError, read_launch_file
 from diagnoser.launch.dockerfile import MAX_JOIN_COST, is_dockerfile
@@ -171,3 +174,24 @@ def test_a_list_of_words_has_the_shell_lexers_bound(name, text, tmp_path):
     path.write_text(text)
     with pytest.raises(LaunchFileError, match="more than 50,000 words in one command"):
         read_launch_file(str(path))
+
+
+PIECES = ["FROM ", "vllm/vllm-openai:v0.9.2", "ENV ", "VLLM_USE_V1=1", "ENTRYPOINT ", "CMD ", "[", "]", '"', "'",
+          ",", "\\", "`", "\n", " ", "# escape=`\n", "#", "vllm", "serve", MODEL, "--max-model-len", "8192", "$X",
+          "${Y:-1}", "$(", ")", "sh", "-c", "=", "{", "}", ":", "- ", "command: ", "services:", "  ", "\t", "\r\n"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["Dockerfile", "compose.yaml", "serve.sh"]),
+       st.lists(st.sampled_from(PIECES), max_size=60).map("".join))
+def test_any_launch_file_is_read_or_refused_with_one_message(name, text):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_text(text, encoding="utf-8")
+        try:
+            got = read_launch_file(str(path))
+        except LaunchFileError as exc:
+            assert str(exc) and "\n" not in str(exc)
+            return
+    for launch in got.launches:
+        assert launch.line >= 1 and all(isinstance(t, str) for t in launch.tokens)
