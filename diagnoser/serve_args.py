@@ -191,6 +191,7 @@ def value_count(flag: Flag | None, toks: list[str], i: int) -> int:
 
 
 def _parse_arguments(toks: list[str], i: int, out: ServeArgs) -> ServeArgs:
+    """parse()'s reading of the arguments from toks[i] on (the arity rules are its docstring's), into out."""
     while i < len(toks):
         tok = toks[i]
         i += 1
