@@ -705,7 +705,7 @@ def _message(exc: Exception) -> str:
 
 def run_from_files(opts: dict[str, Any]) -> int:
     """`plan --from-file FILE...`: plan every vLLM launch in the files; exit 2 > 1 > 0 over all of them."""
-    from .launchfile import LaunchFileError, read_launch_file
+    from .launch import LaunchFileError, read_launch_file
 
     paths = [p for p in (opts["command"] or ()) if p != "--"]
     if not paths:

@@ -122,6 +122,7 @@ class ServeArgs:
     positionals: list[str] = field(default_factory=list)   #: positionals after the model (argparse rejects)
     env: dict[str, str] = field(default_factory=dict)      #: VAR=value words before the program
     prog: str = "vllm serve"
+    model_flag: bool = False                                #: the model was given as `--model NAME`
 
     def settings(self) -> dict[str, Any]:
         """Python names -> values ('max_model_len' -> '2048'); values stay the words as written."""
@@ -154,6 +155,43 @@ def parse(tokens: list[str]) -> ServeArgs:
         i += 3
     while i < len(toks) and (toks[i] in _PROGRAM_WORDS or toks[i].endswith(("/vllm", "api_server"))):
         i += 1
+    return _parse_arguments(toks, i, out)
+
+
+def parse_arguments(tokens: list[str]) -> ServeArgs:
+    """The arguments after the program (`MODEL --flag v ...`), read as parse() reads them; no env or program words."""
+    return _parse_arguments(list(tokens), 0, ServeArgs())
+
+
+def resolve(name: str) -> tuple[Flag | None, bool]:
+    """The flag an option's name spells, and whether it is an abbreviation argparse accepts (`--max-model`)."""
+    flag = lookup(name)
+    if flag is not None:
+        return flag, False
+    flag = by_prefix(name)
+    return flag, flag is not None
+
+
+def takes_value(flag: Flag | None, toks: list[str], i: int) -> bool:
+    """Whether the option before toks[i] (no `=value`) takes a value: the flag list says; an unknown flag
+    takes the next word unless it looks like an option."""
+    return flag.value if flag is not None else (i < len(toks) and not _is_option(toks[i]))
+
+
+def value_count(flag: Flag | None, toks: list[str], i: int) -> int:
+    """How many of toks[i:] the option takes as its value: one, or every word up to the next option for
+    nargs '+'; none when the next word looks like an option (argparse does the same), except a negative number."""
+    if not takes_value(flag, toks, i):
+        return 0
+    many = flag is not None and flag.nargs == "+"
+    n = 0
+    while i + n < len(toks) and not _is_option(toks[i + n]) and (many or n == 0):
+        n += 1
+    return n
+
+
+def _parse_arguments(toks: list[str], i: int, out: ServeArgs) -> ServeArgs:
+    """parse()'s reading of the arguments from toks[i] on (the arity rules are its docstring's), into out."""
     while i < len(toks):
         tok = toks[i]
         i += 1
@@ -164,24 +202,18 @@ def parse(tokens: list[str]) -> ServeArgs:
                 out.positionals.append(tok)
             continue
         name, eq, raw = tok.partition("=")
-        flag = lookup(name)
-        abbreviated = False
-        if flag is None:
-            flag = by_prefix(name)
-            abbreviated = flag is not None
-        takes = flag.value if flag is not None else (not eq and i < len(toks) and not _is_option(toks[i]))
+        flag, abbreviated = resolve(name)
         item = Item(spelled=name, flag=flag, words=None, abbreviated=abbreviated,
                     negated=name.startswith("--no-") and flag is not None and flag.negatable)
         if eq:
             item.words = [raw]
-        elif takes:
-            item.words = []
-            many = flag is not None and flag.nargs == "+"
-            while i < len(toks) and not _is_option(toks[i]) and (many or not item.words):
-                item.words.append(toks[i])
-                i += 1
+        elif takes_value(flag, toks, i):
+            n = value_count(flag, toks, i)
+            item.words = toks[i:i + n]
+            i += n
         if flag is not None and flag.name == "--model" and item.words:
             out.model = item.words[0]
+            out.model_flag = True
             continue
         out.items.append(item)
     return out

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from diagnoser.launchfile import parse_pins, read_launch_file, shell_words, simple_commands
+from diagnoser.launch import parse_pins, read_launch_file, shell_words, simple_commands
 from diagnoser.plan import plan
 
 ROOT = Path(__file__).resolve().parent.parent

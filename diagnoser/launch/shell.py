@@ -22,6 +22,12 @@ class LaunchFileError(InputError):
 MAX_WORDS = 50_000
 
 
+def too_many_words(line: int, what: str = "shell words") -> LaunchFileError:
+    """The error for a launch over MAX_WORDS (shell text, or an exec-form / YAML list of words)."""
+    return LaunchFileError(f"line {line}: more than {MAX_WORDS:,} {what}; this is not a launch script the planner "
+                           "reads (split it, or pass the command itself)")
+
+
 @dataclass
 class Word:
     """One shell word (or operator) with the line it starts on."""
@@ -81,8 +87,7 @@ class ShellLexer:
             self.out.append(Word(word, self.start_line, self.text[self.start:self.i], self.dynamic))
             self.since_op = True
             if len(self.out) > MAX_WORDS:
-                raise LaunchFileError(f"line {self.line}: more than {MAX_WORDS:,} shell words; this is not a "
-                                      "launch script the planner reads (split it, or pass the command itself)")
+                raise too_many_words(self.line)
         self.buf = []
         self.in_word = False
         self.dynamic = False
@@ -310,6 +315,22 @@ class ShellLexer:
 def shell_words(text: str, first_line: int = 1) -> list[Word]:
     """Tokenize shell text as sh would, without expanding anything."""
     return ShellLexer(text, first_line).words()
+
+
+def simple_commands(words: list[Word]) -> list[tuple[list[Word], Word | None]]:
+    """Split at control operators: [(words, the operator that ended them)]."""
+    out: list[tuple[list[Word], Word | None]] = []
+    cur: list[Word] = []
+    for w in words:
+        if w.op:
+            if cur:
+                out.append((cur, w))
+            cur = []
+            continue
+        cur.append(w)
+    if cur:
+        out.append((cur, None))
+    return out
 
 
 def _unterminated(words: list[Word], text: str, pos: int, line: int, kind: str) -> list[Word]:

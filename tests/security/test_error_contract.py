@@ -118,6 +118,16 @@ def test_alias_bomb_in_launch_files(name, body, tmp_path, doctor):
     one_line_error(res, str(path), "alias bomb")
 
 
+def test_a_dockerfile_instruction_continued_a_million_times(tmp_path, doctor):
+    # dockerfile-parse joins continued lines by repeated concatenation: quadratic unless bounded first
+    path = tmp_path / "Dockerfile"
+    path.write_text("FROM vllm/vllm-openai\nCMD vllm serve m \\\n" + "  --x 1 \\\n" * 1_000_000 + "  --y 2\n")
+    start = time.monotonic()
+    res = doctor("plan", "--gpu", "A100-80GB", "--from-file", str(path), cwd=tmp_path)
+    assert time.monotonic() - start < 20
+    one_line_error(res, str(path), "line 2: an instruction continued over more lines")
+
+
 def test_aliases_within_bounds_still_work(tmp_path, doctor):
     path = tmp_path / "compose.yaml"
     path.write_text("x-common: &common\n  image: vllm/vllm-openai\nservices:\n  vllm:\n    <<: *common\n"
