@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from .keywords import trie_pattern
 from .shapes import Decoder
 
 BLOCK = 1 << 20          #: bytes read at a time
@@ -264,29 +265,40 @@ class Prefilter:
         """Whether one line carries a keyword (the same test hit_lines makes on a whole block)."""
         return self._any is not None and self._any.search(line.lower()) is not None
 
-    def hit_lines(self, block: bytes) -> list[int]:
-        """Start offsets of the lines in `block` that hold a keyword, sorted and unique."""
+    def hit_lines(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
+        """Start offsets of the lines in `block` that hold a keyword, sorted and unique.
+
+        `gaps`: only these (start, end) ranges are searched, each starting at a line start (the rest of the
+        block is request-logger lines, which are never evidence).
+        """
         if not self.keywords:
             return []
         if self._hs is not None:
-            return self._hit_lines_hs(block)
-        low = block.lower()
-        search, find, rfind = self._any.search, low.find, low.rfind
+            return self._hit_lines_hs(block, gaps)
         starts: list[int] = []
-        pos = 0
-        while True:
-            m = search(low, pos)
-            if m is None:
-                break
-            starts.append(rfind(b"\n", 0, m.start()) + 1)
-            pos = find(b"\n", m.end())
-            if pos == -1:
-                break
+        for a, b in [(0, len(block))] if gaps is None else gaps:
+            low = block.lower() if gaps is None else block[a:b].lower()
+            search, find, rfind = self._any.search, low.find, low.rfind
+            pos = 0
+            while True:
+                m = search(low, pos)
+                if m is None:
+                    break
+                starts.append(a + rfind(b"\n", 0, m.start()) + 1)
+                pos = find(b"\n", m.end())
+                if pos == -1:
+                    break
         return starts
 
-    def _hit_lines_hs(self, block: bytes) -> list[int]:
+    def _hit_lines_hs(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
         ends: list[int] = []
-        self._hs.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
+        if gaps is None:
+            self._hs.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
+        else:
+            scan = self._hs.scan
+            for a, b in gaps:
+                scan(block[a:b], match_event_handler=lambda _id, _start, end, _flags, a: ends.append(a + end),
+                     context=a)
         ends.sort()
         rfind, find = block.rfind, block.find
         starts: list[int] = []
@@ -320,35 +332,20 @@ def _hyperscan_db(keywords: list[bytes]) -> Any:
 
 
 def _trie(words: list[bytes]) -> bytes:
-    """A regex matching any of `words`, shaped as a trie (shared prefixes tested once)."""
-    root: dict = {}
-    for word in words:
-        node = root
-        for byte in word:
-            node = node.setdefault(byte, {})
-        node[None] = {}
-
-    def build(node: dict) -> bytes:
-        branches = [re.escape(bytes([b])) + build(child) for b, child in sorted(
-            (k, v) for k, v in node.items() if k is not None)]
-        if not branches:
-            return b""
-        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
-        if None in node:  # a word ends here: the longer ones are optional
-            body = b"(?:" + body + b")?"
-        return body
-
-    return build(root)
+    """A regex matching any of `words` (bytes), shaped as a trie (shared prefixes tested once)."""
+    return trie_pattern([w.decode("latin-1") for w in words]).encode("latin-1")
 
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
                stats: ReadStats | None = None,
-               on_block: Callable[[int, bytes], None] | None = None) -> Iterator[Line]:
+               on_block: Callable[[int, bytes, list[tuple[int, int]] | None], None] | None = None
+               ) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
-    the FOLLOW lines after each. `on_block(first_line_number, block)` sees each block of whole raw lines
-    before its lines are yielded (what is counted rather than read: access lines).
+    the FOLLOW lines after each. `on_block(first_line_number, block, gaps)` sees each block of whole raw lines
+    before its lines are yielded (what is counted rather than read: access lines); `gaps` (None: all of it)
+    are the ranges outside request-logger lines.
     """
     st = stats if stats is not None else ReadStats()
     shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
@@ -375,18 +372,28 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             carry = b""
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
-        lines_in_block = block.count(b"\n")
-        block, shape_map = shapes.decode_block(block)
-        if on_block is not None:
-            on_block(number, block)
         if prefilter is not None and st.bytes > PASTE_MAX:
             # past the paste-sized start: the same lines, found without a pass over each line of the block
-            # (request-logger and access lines are skipped where the search lands, not blanked beforehand)
+            # (request-logger and access lines are skipped where the search lands, not blanked beforehand);
+            # request-logger lines (most of the bytes when request logging is on) are not even searched
+            spans = user_spans(block)
+            raw_gaps = _gaps(block, spans)
+            lines_in_block = block.count(b"\n") if raw_gaps is None else (
+                sum(block.count(b"\n", a, b) for a, b in raw_gaps) + len(spans))  # one newline per span
+            decoded, shape_map = shapes.decode_block(block)
+            gaps = raw_gaps if decoded is block else _gaps(decoded, user_spans(decoded))
+            block = decoded
+            if on_block is not None:
+                on_block(number, block, gaps)
             yield from _block_lines(block, number, prefilter, redact, pending_follow, st, shape_map,
-                                    blank=is_user_content)
+                                    blank=is_user_content, starts=prefilter.hit_lines(block, gaps))
             pending_follow = _follow_after(block, prefilter, is_user_content)
             number += lines_in_block
             continue
+        lines_in_block = block.count(b"\n")
+        block, shape_map = shapes.decode_block(block)
+        if on_block is not None:
+            on_block(number, block, None)
         if prefilter is not None:
             block = blank_user_content(block)
         # hard wraps come from pasting what a terminal or chat showed: only the start of an input can be one
@@ -400,7 +407,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     if carry:  # a last line without a newline (a truncated log)
         block = shapes.decode_block(carry + b"\n")[0] + shapes.flush()
         if on_block is not None:
-            on_block(number, block)
+            on_block(number, block, None)
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, [0] * block.count(b"\n"))
         number += 1
     elif rest := shapes.flush():  # a shipper's partial line whose end never came
@@ -423,30 +430,57 @@ def blank_user_content(block: bytes) -> bytes:
     they can never be vLLM's own messages. Only a marker near the start of its line counts, so a flattened
     paste that merely contains one is kept whole.
     """
-    spans: list[tuple[int, int]] = []
-    find = block.find
-    for marker in USER_CONTENT_MARKERS:  # rare, long lines: find them one by one
-        i = find(marker)
-        while i != -1:
-            start = block.rfind(b"\n", 0, i) + 1
-            end = find(b"\n", i)
-            if i - start <= USER_CONTENT_REACH:
-                spans.append((start, end))
-            i = find(marker, end)
+    spans = user_spans(block)
     if spans:
-        spans.sort()
         parts, pos = [], 0
         for start, end in spans:
-            if start >= pos:
-                parts.append(block[pos:start])
-                pos = end
+            parts.append(block[pos:start])
+            pos = end - 1 if block[end - 1:end] == b"\n" else end  # the newline stays
         parts.append(block[pos:])
         block = b"".join(parts)
-    if find(b" HTTP/") == -1:
+    if block.find(b" HTTP/") == -1:
         return block
     # many short lines: one split, then one C-level search per line
     search = ACCESS.search
     return b"\n".join([b"" if search(line, 0, USER_CONTENT_REACH + 40) else line for line in block.split(b"\n")])
+
+
+def user_spans(block: bytes) -> list[tuple[int, int]]:
+    """The request-logger lines of a block of whole lines: sorted, disjoint (start, end) with the newline
+    inside (`block[start:end]` is the line and its newline). Found marker by marker: rare, long lines."""
+    spans: list[tuple[int, int]] = []
+    find, rfind = block.find, block.rfind
+    for marker in USER_CONTENT_MARKERS:
+        i = find(marker)
+        while i != -1:
+            start = rfind(b"\n", 0, i) + 1
+            end = find(b"\n", i)
+            end = len(block) if end == -1 else end + 1
+            if i - start <= USER_CONTENT_REACH:
+                spans.append((start, end))
+            i = find(marker, end)
+    if len(USER_CONTENT_MARKERS) > 1 and spans:
+        spans.sort()
+        out = [spans[0]]
+        for span in spans[1:]:
+            if span[0] >= out[-1][1]:
+                out.append(span)
+        spans = out
+    return spans
+
+
+def _gaps(block: bytes, spans: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
+    """The ranges of `block` between `spans` (None: no span, the whole block)."""
+    if not spans:
+        return None
+    gaps, pos = [], 0
+    for start, end in spans:
+        if start > pos:
+            gaps.append((pos, start))
+        pos = end
+    if pos < len(block):
+        gaps.append((pos, len(block)))
+    return gaps
 
 
 _MARKER_REACH = USER_CONTENT_REACH + max(len(m) for m in USER_CONTENT_MARKERS)
@@ -591,7 +625,8 @@ def _follow_after(block: bytes, prefilter: Prefilter, blank: Callable[[bytes, in
 
 def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, redact: Redactor | None,
                  pending_follow: int, st: ReadStats, line_map: list[int] | None = None,
-                 blank: Callable[[bytes, int], bool] | None = None) -> Iterator[Line]:
+                 blank: Callable[[bytes, int], bool] | None = None,
+                 starts: list[int] | None = None) -> Iterator[Line]:
     """The lines worth looking at in one block of whole lines (`line_map`: physical line of each, unwrap()).
 
     `blank` says which lines count as empty (is_user_content on a block that was not blanked beforehand).
@@ -601,7 +636,8 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
             st.decoded_lines += 1
             yield from _physical_to_lines(first_number + (line_map[i] if line_map else i) + 1, raw, redact, False)
         return
-    starts = prefilter.hit_lines(block)
+    if starts is None:
+        starts = prefilter.hit_lines(block)
     if blank is not None:
         starts = [s for s in starts if not blank(block, s)]
     # the first lines of the block may still be owed as follow lines of the previous block
