@@ -14,6 +14,7 @@ recorded; a log flattened onto one line is split again at the prefixes it carrie
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -336,16 +337,47 @@ def _trie(words: list[bytes]) -> bytes:
     return trie_pattern([w.decode("latin-1") for w in words]).encode("latin-1")
 
 
+class LineIndex:
+    """Newlines before an offset of one block, counted once: queries resume from the nearest offset asked
+    before (the access-line counts and the hits' line numbers ask in increasing order, one after the other)."""
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self._offsets = [0]
+        self._counts = [0]
+
+    def at(self, offset: int) -> int:
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        n = self._counts[i] + self.block.count(b"\n", self._offsets[i], offset)
+        if i == len(self._offsets) - 1:
+            self._offsets.append(offset)
+            self._counts.append(n)
+        return n
+
+
+def _hard_wrapped(block: bytes) -> bool:
+    """Whether unwrap() would rejoin anything in a block of the input's start (request-logger and access
+    lines blanked, as the slow path does). wrap_width reads only the first UNWRAP_SAMPLE lines (and peeks
+    at the line after the last), so only those are blanked here."""
+    end = 0
+    for _ in range(UNWRAP_SAMPLE + 2):
+        end = block.find(b"\n", end) + 1
+        if end == 0:
+            end = len(block)
+            break
+    return wrap_width(blank_user_content(block[:end])) is not None
+
+
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
                stats: ReadStats | None = None,
-               on_block: Callable[[int, bytes, list[tuple[int, int]] | None], None] | None = None
+               on_block: Callable[[int, bytes, list[tuple[int, int]] | None, LineIndex | None], None] | None = None
                ) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
-    the FOLLOW lines after each. `on_block(first_line_number, block, gaps)` sees each block of whole raw lines
-    before its lines are yielded (what is counted rather than read: access lines); `gaps` (None: all of it)
-    are the ranges outside request-logger lines.
+    the FOLLOW lines after each. `on_block(first_line_number, block, gaps, index)` sees each block of whole
+    raw lines before its lines are yielded (what is counted rather than read: access lines); `gaps` (None: all
+    of it) are the ranges outside request-logger lines, `index` (or None) counts its newlines.
     """
     st = stats if stats is not None else ReadStats()
     shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
@@ -372,42 +404,50 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             carry = b""
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
-        if prefilter is not None and st.bytes > PASTE_MAX:
-            # past the paste-sized start: the same lines, found without a pass over each line of the block
-            # (request-logger and access lines are skipped where the search lands, not blanked beforehand);
-            # request-logger lines (most of the bytes when request logging is on) are not even searched
-            spans = user_spans(block)
-            raw_gaps = _gaps(block, spans)
-            lines_in_block = block.count(b"\n") if raw_gaps is None else (
-                sum(block.count(b"\n", a, b) for a, b in raw_gaps) + len(spans))  # one newline per span
+        if prefilter is not None:
             decoded, shape_map = shapes.decode_block(block)
-            gaps = raw_gaps if decoded is block else _gaps(decoded, user_spans(decoded))
+            # past the paste-sized start, or when the start is not a hard-wrapped paste: the same lines, found
+            # without a pass over each line of the block (request-logger and access lines are skipped where
+            # the search lands, not blanked beforehand; request-logger lines, most of the bytes when request
+            # logging is on, are not even searched)
+            if st.bytes > PASTE_MAX or not _hard_wrapped(decoded):
+                gaps = _gaps(decoded, user_spans(decoded))
+                # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
+                index = LineIndex(decoded) if decoded is block else None
+                if on_block is not None:
+                    on_block(number, decoded, gaps, index)
+                yield from _block_lines(decoded, number, prefilter, redact, pending_follow, st, shape_map,
+                                        blank=is_user_content, starts=prefilter.hit_lines(decoded, gaps),
+                                        index=index)
+                pending_follow = _follow_after(decoded, prefilter, is_user_content)
+                number += block.count(b"\n") if index is None else index.at(len(block))
+                continue
+            lines_in_block = block.count(b"\n")
             block = decoded
             if on_block is not None:
-                on_block(number, block, gaps)
-            yield from _block_lines(block, number, prefilter, redact, pending_follow, st, shape_map,
-                                    blank=is_user_content, starts=prefilter.hit_lines(block, gaps))
-            pending_follow = _follow_after(block, prefilter, is_user_content)
+                on_block(number, block, _gaps(block, user_spans(block)), None)
+            block = blank_user_content(block)
+            block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
+            if shape_map is not None:
+                line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
+            yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
+            pending_follow = _follow_after(block, prefilter)
             number += lines_in_block
             continue
         lines_in_block = block.count(b"\n")
         block, shape_map = shapes.decode_block(block)
         if on_block is not None:
-            on_block(number, block, None)
-        if prefilter is not None:
-            block = blank_user_content(block)
+            on_block(number, block, None, None)
         # hard wraps come from pasting what a terminal or chat showed: only the start of an input can be one
         block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
         if shape_map is not None:
             line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
-        if prefilter is not None:
-            pending_follow = _follow_after(block, prefilter)
         number += lines_in_block
     if carry:  # a last line without a newline (a truncated log)
         block = shapes.decode_block(carry + b"\n")[0] + shapes.flush()
         if on_block is not None:
-            on_block(number, block, None)
+            on_block(number, block, None, None)
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, [0] * block.count(b"\n"))
         number += 1
     elif rest := shapes.flush():  # a shipper's partial line whose end never came
@@ -415,7 +455,8 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     st.lines = number
 
 
-#: Request-logger lines echo prompts (often huge, often full of words like "error"): never evidence.
+#: Request-logger lines echo prompts (often huge, often full of words like "error"): never evidence. (Each
+#: starts with "]": user_spans walks them.)
 USER_CONTENT_MARKERS = (b"] Received request ", b"] Generated response ", b"] Request details ")
 #: uvicorn's access lines record one HTTP request each: never evidence, and most of a quiet serving log.
 ACCESS = re.compile(rb' HTTP/[12](?:\.[01])?" \d{3}\b')
@@ -449,16 +490,36 @@ def user_spans(block: bytes) -> list[tuple[int, int]]:
     """The request-logger lines of a block of whole lines: sorted, disjoint (start, end) with the newline
     inside (`block[start:end]` is the line and its newline). Found marker by marker: rare, long lines."""
     spans: list[tuple[int, int]] = []
-    find, rfind = block.find, block.rfind
-    for marker in USER_CONTENT_MARKERS:
-        i = find(marker)
-        while i != -1:
-            start = rfind(b"\n", 0, i) + 1
+    find, rfind, startswith = block.find, block.rfind, block.startswith
+    # every marker starts with "]", rare in a serving log outside request-logger lines: walk the "]" (memchr)
+    # near line starts; only a block full of them falls back to a search per marker
+    budget = 4096
+    i = find(b"]")
+    while i != -1 and budget:
+        budget -= 1
+        start = rfind(b"\n", 0, i) + 1
+        if i - start > USER_CONTENT_REACH:
+            i = find(b"\n", i)
+            i = -1 if i == -1 else find(b"]", i)
+            continue
+        if startswith(USER_CONTENT_MARKERS, i):
             end = find(b"\n", i)
             end = len(block) if end == -1 else end + 1
-            if i - start <= USER_CONTENT_REACH:
-                spans.append((start, end))
-            i = find(marker, end)
+            spans.append((start, end))
+            i = find(b"]", end)
+        else:
+            i = find(b"]", i + 1)
+    if not budget:
+        spans = []
+        for marker in USER_CONTENT_MARKERS:
+            i = find(marker)
+            while i != -1:
+                start = rfind(b"\n", 0, i) + 1
+                end = find(b"\n", i)
+                end = len(block) if end == -1 else end + 1
+                if i - start <= USER_CONTENT_REACH:
+                    spans.append((start, end))
+                i = find(marker, end)
     if len(USER_CONTENT_MARKERS) > 1 and spans:
         spans.sort()
         out = [spans[0]]
@@ -626,7 +687,7 @@ def _follow_after(block: bytes, prefilter: Prefilter, blank: Callable[[bytes, in
 def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, redact: Redactor | None,
                  pending_follow: int, st: ReadStats, line_map: list[int] | None = None,
                  blank: Callable[[bytes, int], bool] | None = None,
-                 starts: list[int] | None = None) -> Iterator[Line]:
+                 starts: list[int] | None = None, index: LineIndex | None = None) -> Iterator[Line]:
     """The lines worth looking at in one block of whole lines (`line_map`: physical line of each, unwrap()).
 
     `blank` says which lines count as empty (is_user_content on a block that was not blanked beforehand).
@@ -675,7 +736,10 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
     for off in sorted(best):
         if off <= emitted_upto:
             continue
-        number += block.count(b"\n", last_off, off)
+        if index is None:
+            number += block.count(b"\n", last_off, off)
+        else:
+            number = first_number + index.at(off)
         last_off = off
         end = block.find(b"\n", off)
         raw = b"" if blank is not None and blank(block, off) else block[off:end]

@@ -497,10 +497,12 @@ class Series:
                 self._v0_pending += max(total - self._v0_total, 0)
                 self._v0_total = max(total, self._v0_total)
 
-    def access_block(self, first_number: int, block: bytes, gaps: list[tuple[int, int]] | None = None) -> None:
+    def access_block(self, first_number: int, block: bytes, gaps: list[tuple[int, int]] | None = None,
+                     index: Any = None) -> None:
         """Count access lines and their failed statuses in a raw block, split at its stats lines (an access
         line has no clock: it belongs to the interval that the next stats line closes). `gaps`: the ranges
         outside request-logger lines (None: the whole block); a prompt that quotes an access line is no request.
+        `index`: the reader's newline counts of the block (reader.LineIndex), else they are counted here.
         """
         ranges = [(0, len(block))] if gaps is None else gaps
         if all(block.find(b" HTTP/", a, b) == -1 for a, b in ranges):
@@ -531,7 +533,7 @@ class Series:
             self._count_errors(errors[first:e])
             if start == len(block):
                 break
-            number += block.count(b"\n", pos, start)
+            number = first_number + index.at(start) if index is not None else number + block.count(b"\n", pos, start)
             self._pending_http.append((number + 1, self._open_http[0], self._open_http[1]))
             self._open_http = [0, {}]
             pos = start
