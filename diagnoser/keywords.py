@@ -170,6 +170,10 @@ class BlockPattern:
                 pos = e
                 yield m
 
+    def search(self, block: bytes) -> bool:
+        """Whether the pattern occurs in the block at all."""
+        return next(self.finditer(block), None) is not None
+
     def _db(self) -> Any:
         if self._hs_tried:
             return self._hs

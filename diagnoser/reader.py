@@ -552,9 +552,10 @@ def is_user_content(block: bytes, start: int) -> bool:
     end = block.find(b"\n", start)
     end = len(block) if end == -1 else end
     reach = min(end, start + _MARKER_REACH)
-    for marker in USER_CONTENT_MARKERS:
-        if block.find(marker, start, reach) != -1:
-            return True
+    if block.find(b"]", start, reach) != -1:  # memchr first: every marker starts with "]"
+        for marker in USER_CONTENT_MARKERS:
+            if block.find(marker, start, reach) != -1:
+                return True
     return ACCESS.search(block, start, min(end, start + USER_CONTENT_REACH + 40)) is not None
 
 
