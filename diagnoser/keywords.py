@@ -172,7 +172,16 @@ class BlockPattern:
 
     def search(self, block: bytes) -> bool:
         """Whether the pattern occurs in the block at all."""
-        return next(self.finditer(block), None) is not None
+        db = self._db()
+        if db is None:
+            return self.pattern.search(block) is not None
+        found: list[int] = []
+        try:
+            db.scan(block, match_event_handler=lambda _i, _s, e, _f, _c: found.append(e) or True)  # True: stop
+        except Exception:  # noqa: BLE001 - hyperscan.ScanTerminated: the handler stopped it at the first match
+            if not found:
+                raise
+        return bool(found)
 
     def _db(self) -> Any:
         if self._hs_tried:
