@@ -13,8 +13,6 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-
-
 #: hyperscan (when installed) searches texts this long, and every text after this many: compiling its database
 #: takes tens of milliseconds, a pasted fragment is done sooner with the regex
 LONG_TEXT = 4096

@@ -544,7 +544,7 @@ _REQUIRED: dict[str, str] = {}
 
 
 def required_literal(source: str) -> str:
-    """The literal text every match of the regex `source` starts with, lower-cased and without whitespace
+    r"""The literal text every match of the regex `source` starts with, lower-cased and without whitespace
     ('' when there is none to tell): a text whose whitespace-free form lacks it cannot match the regex even
     with whitespace inserted anywhere (the wrap-tolerant form).
 
