@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .advise import Advisor, Finding
+from .keywords import BlockPattern
 from .matcher import Hit, Matcher
 from .reader import Prefilter, ReadStats, read_lines
 from .redact import Redactor
@@ -51,7 +52,9 @@ _PREFILTERS: dict[int, tuple[object, Prefilter]] = {}
 
 
 #: Bytes that only a vLLM log (or a report about one) holds: the name, or vLLM's `LEVEL MM-DD HH:MM:SS` header.
-_VLLM_SIGN = re.compile(rb"vllm|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d", re.IGNORECASE)
+#: Searched in lower-cased bytes, one pass (hyperscan's when installed): a file without any sign (one enormous
+#: line, binary input) is searched to its end, and a case-insensitive alternation in `re` runs at a few MB/s.
+_VLLM_SIGN = BlockPattern(re.compile(rb"vllm|(?:info|warning|error|debug|critical) \d\d-\d\d \d\d:\d\d:\d\d"), 40)
 
 
 class _Sniffer:
@@ -66,7 +69,7 @@ class _Sniffer:
     def read1(self, n: int = -1) -> bytes:
         chunk = self._read(n)
         if not self.found and chunk:
-            self.found = _VLLM_SIGN.search(self._tail + chunk) is not None
+            self.found = _VLLM_SIGN.search((self._tail + chunk).lower())
             self._tail = chunk[-32:]
         return chunk
 

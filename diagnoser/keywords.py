@@ -2,19 +2,22 @@
 
 The matcher (rule patterns) and the tracker (landmarks) each ask, for every line the prefilter kept, which
 of a few hundred items have a literal keyword in it. Testing item by item repeats the shared keywords and
-pays a generator per item; this asks each distinct keyword once. On a very long text (a piece of a 100 MB
-line) the keywords are found in one hyperscan pass when the `fast` extra is installed.
+pays a generator per item; this finds them in one pass over the text: hyperscan's when the `fast` extra is
+installed, else one trie-shaped regex.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-#: Texts at least this long are searched in one pass (when hyperscan is there), not once per keyword.
+#: hyperscan (when installed) searches texts this long, and every text after this many: compiling its database
+#: takes tens of milliseconds, a pasted fragment is done sooner with the regex
 LONG_TEXT = 4096
+HS_AFTER = 300
 
 
 class KeywordIndex:
@@ -31,17 +34,31 @@ class KeywordIndex:
         self.words = list(owners)
         self._hs: Any = None
         self._hs_tried = False
+        self._search: Any = None
+        self._calls = 0
 
     def present(self, low: str) -> list[str]:
         """The keywords that occur in `low` (lower-cased text), in index order."""
-        if len(low) >= LONG_TEXT:
-            db = self._db()
-            if db is not None:
-                found: set[int] = set()
-                db.scan(low.encode("utf-8", "surrogatepass"),
-                        match_event_handler=lambda i, _s, _e, _f, _c: found.add(i))
-                return [self.words[i] for i in sorted(found)]
-        return [w for w in self.words if w in low]
+        self._calls += 1
+        db = self._db() if self._calls > HS_AFTER or len(low) >= LONG_TEXT else None
+        if db is not None:
+            found: set[int] = set()
+            db.scan(low.encode("utf-8", "surrogatepass"), match_event_handler=lambda i, _s, _e, _f, _c: found.add(i))
+            return [self.words[i] for i in sorted(found)]
+        if self._search is None:
+            if not self.words:
+                return []
+            self._search, self._closure = _trie_search(tuple(self.words))
+        # one C-level search finds the next place any keyword starts, and the longest one starting there;
+        # the keywords that are prefixes of it start there too (each search resumes one character later)
+        search, closure = self._search, self._closure
+        ids: set[int] = set(closure.get("", ()))  # an empty keyword is in every text
+        m = search(low)
+        while m is not None:
+            ids.update(closure[m.group()])
+            m = search(low, m.start() + 1)
+        words = self.words
+        return [words[i] for i in sorted(ids)]
 
     def owners(self, words: Iterable[str]) -> list[int]:
         """Items having any of `words`, in item order."""
@@ -57,10 +74,13 @@ class KeywordIndex:
     def _db(self) -> Any:
         if not self._hs_tried:
             self._hs_tried = True
-            if os.environ.get("VLLM_DOCTOR_PURE_PYTHON"):
+            if os.environ.get("VLLM_DOCTOR_PURE_PYTHON") or not self.words:
                 return None
-            self._hs = literal_database("hs-index", [w.encode("utf-8", "surrogatepass") for w in self.words],
-                                        single_match=True)
+            key = tuple(self.words)
+            if key not in _HS_DBS:  # a scan of many logs loads each keyword list's database once
+                _HS_DBS[key] = literal_database("hs-index", [w.encode("utf-8", "surrogatepass") for w in key],
+                                                single_match=True)
+            self._hs = _HS_DBS[key]
         return self._hs
 
 
@@ -107,3 +127,107 @@ def _finds_every_word(db: Any, words: Sequence[bytes]) -> bool:
     found: set[int] = set()
     db.scan(b"\n".join(words), match_event_handler=lambda i, _s, _e, _f, _c: found.add(i))
     return found == set(range(len(words)))
+
+
+_HS_DBS: dict[tuple[str, ...], Any] = {}
+_TRIES: dict[tuple[str, ...], tuple[Any, dict[str, tuple[int, ...]]]] = {}
+
+
+def _trie_search(words: tuple[str, ...]) -> tuple[Any, dict[str, tuple[int, ...]]]:
+    """(search, closure): `search` finds the longest of `words` at the leftmost place one starts; closure[w]
+    is the index of every word that is a prefix of w (w included). Built once per keyword list."""
+    found = _TRIES.get(words)
+    if found is None:
+        index = {w: i for i, w in enumerate(words)}
+        closure = {w: tuple(sorted(index[w[:n]] for n in range(len(w) + 1) if w[:n] in index)) for w in words}
+        pattern = re.compile(trie_pattern([w for w in words if w]) or "(?!)")
+        found = _TRIES[words] = (pattern.search, closure)
+    return found
+
+
+def trie_pattern(words: list[str]) -> str:
+    """A regex matching any of `words`, shaped as a trie (shared prefixes tested once, the longest word
+    preferred where several start at one place)."""
+    root: dict = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[None] = {}
+
+    def build(node: dict) -> str:
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(
+            (k, v) for k, v in node.items() if k is not None)]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        if None in node:  # a word ends here: the longer ones are optional
+            body = "(?:" + body + ")?"
+        return body
+
+    return build(root)
+
+
+class BlockPattern:
+    """`finditer` of one bytes regex over a range of a block, for patterns that match rarely.
+
+    With the `fast` extra, hyperscan finds where matches end (one SIMD pass) and the regex reads each from at
+    most `reach` bytes before its end; else the regex scans the range itself. Both give the same matches
+    for a pattern of bounded length (at most `reach`) whose matches cannot overlap.
+    """
+
+    def __init__(self, pattern: re.Pattern[bytes], reach: int) -> None:
+        self.pattern = pattern
+        self.reach = reach
+        self._hs: Any = None
+        self._hs_tried = False
+
+    def finditer(self, block: bytes, start: int = 0, end: int | None = None) -> Iterator[re.Match[bytes]]:
+        end = len(block) if end is None else end
+        db = self._db()
+        if db is None:
+            yield from self.pattern.finditer(block, start, end)
+            return
+        ends: list[int] = []
+        db.scan(block if start == 0 and end == len(block) else block[start:end],
+                match_event_handler=lambda _i, _s, e, _f, _c: ends.append(e))
+        pos = start
+        search = self.pattern.search
+        for e in sorted(set(ends)):
+            e += start
+            if e <= pos:
+                continue
+            m = search(block, max(pos, e - self.reach), min(end, e + 1))
+            if m is not None and m.end() == e:
+                pos = e
+                yield m
+
+    def search(self, block: bytes) -> bool:
+        """Whether the pattern occurs in the block at all."""
+        db = self._db()
+        if db is None:
+            return self.pattern.search(block) is not None
+        found: list[int] = []
+        try:
+            db.scan(block, match_event_handler=lambda _i, _s, e, _f, _c: found.append(e) or True)  # True: stop
+        except Exception:  # noqa: BLE001 - hyperscan.ScanTerminated: the handler stopped it at the first match
+            if not found:
+                raise
+        return bool(found)
+
+    def _db(self) -> Any:
+        if self._hs_tried:
+            return self._hs
+        self._hs_tried = True
+        if os.environ.get("VLLM_DOCTOR_PURE_PYTHON"):
+            return None
+        try:
+            import hyperscan
+
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=[self.pattern.pattern], ids=[0], elements=1,
+                       flags=[hyperscan.HS_FLAG_CASELESS if self.pattern.flags & re.IGNORECASE else 0])
+        except Exception:  # noqa: BLE001 - no extra, or a pattern it refuses: the regex is always right
+            return None
+        self._hs = db
+        return db

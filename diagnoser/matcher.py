@@ -418,12 +418,18 @@ class Matcher:
         if isinstance(texts, str):
             texts = (texts,)
         facts: dict[str, Any] = {}
+        squeezed: str | None = None  # the first text without whitespace, lower-cased (on first need)
         for ex in rule.extractors:
             m = _on_line(ex.pattern, rule, first_line) if first_line is not None else None
             if m is None:
                 m = _search(ex.pattern, texts, None)
             if m is None and len(texts[0]) < WINDOW_CHARS:
-                m = ex.tolerant.search(texts[0])
+                # the wrap-tolerant retry is slow (fuzzy matching): only where its leading text is there
+                need = required_literal(ex.pattern.pattern)
+                if need and squeezed is None:
+                    squeezed = "".join(texts[0].split()).lower()
+                if not need or need in squeezed:
+                    m = ex.tolerant.search(texts[0])
             if m is None:
                 continue
             for name, value in self._typed(rule, m.groupdict()).items():
@@ -528,6 +534,61 @@ def _tolerant_of(pattern: Any) -> Any:
     found = _TOLERANT.get(key)
     if found is None:
         found = _TOLERANT[key] = wrap_tolerant(pattern)
+    return found
+
+
+_REQUIRED: dict[str, str] = {}
+
+
+def required_literal(source: str) -> str:
+    r"""The literal text every match of the regex `source` starts with, lower-cased and without whitespace
+    ('' when there is none to tell): a text whose whitespace-free form lacks it cannot match the regex even
+    with whitespace inserted anywhere (the wrap-tolerant form).
+
+    >>> required_literal(r'\bKV cache usage: (?P<pct>[\d.]+)%')
+    'kvcacheusage:'
+    >>> required_literal(r'Running: (\d+)|Waiting')
+    ''
+    """
+    found = _REQUIRED.get(source)
+    if found is not None:
+        return found
+    depth, i, in_class = 0, 0, False
+    while i < len(source):  # an alternation at the top level: no literal is required
+        c = source[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            _REQUIRED[source] = ""
+            return ""
+        i += 1
+    out: list[str] = []
+    i = 2 if source.startswith("\\b") else 0
+    while i < len(source):
+        c = source[i]
+        if c == "\\":
+            nxt = source[i + 1:i + 2]
+            if not nxt or nxt.isalnum():
+                break  # a class (\d, \s), an anchor (\b) or an escape of a control character
+            lit, step = nxt, 2
+        elif c in "()[]{}?*+|^$.":
+            break
+        else:
+            lit, step = c, 1
+        if source[i + step:i + step + 1] in ("?", "*", "+", "{"):
+            break  # this character is quantified: it may be absent or repeated
+        out.append(lit)
+        i += step
+    found = _REQUIRED[source] = "".join("".join(out).split()).lower()
     return found
 
 

@@ -14,6 +14,7 @@ recorded; a log flattened onto one line is split again at the prefixes it carrie
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from bisect import bisect_right
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, BinaryIO
 
-from .keywords import literal_database
+from .keywords import literal_database, trie_pattern
 from .shapes import Decoder
 
 BLOCK = 1 << 20          #: bytes read at a time
@@ -96,6 +97,9 @@ USER_CONTENT = re.compile(
     r"^(?:Received request|Added request|Finished request|Aborted request|Request \S+ (?:details|params))"
     r"|\bprompt: '|\bprompt_token_ids: \[|\"(?:GET|POST|PUT|DELETE) /"
 )
+#: What USER_CONTENT needs: one of its line starts, or one of these literals.
+_USER_CONTENT_STARTS = ("Received request", "Added request", "Finished request", "Aborted request", "Request ")
+_USER_CONTENT_WORDS = ("prompt: '", "prompt_token_ids: [", '"GET /', '"POST /', '"PUT /', '"DELETE /')
 
 
 @dataclass(slots=True)
@@ -213,8 +217,17 @@ def parse_line(number: int, text: str, follow: bool = False) -> Line:
             changed = True
             break
     line.text = rest.rstrip()
-    line.user_content = bool(USER_CONTENT.search(line.text))
+    line.user_content = _user_content(line.text)
     return line
+
+
+def _user_content(text: str) -> bool:
+    """USER_CONTENT.search(text), with the regex run over a long text only when one of its literals is there
+    (an alternation with word boundaries scans a 1 MB piece of an enormous line at about 6 MB/s)."""
+    if len(text) > 2000 and not text.startswith(_USER_CONTENT_STARTS) and not any(
+            w in text for w in _USER_CONTENT_WORDS):
+        return False
+    return USER_CONTENT.search(text) is not None
 
 
 def _decode(raw: bytes) -> str:
@@ -286,46 +299,58 @@ class Prefilter:
             return any(k in low for k in self.keywords)
         return self._any is not None and self._any.search(line.lower()) is not None
 
-    def hit_lines(self, block: bytes) -> list[int]:
-        """Start offsets of the lines in `block` that hold a keyword, sorted and unique."""
+    def hit_lines(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
+        """Start offsets of the lines in `block` that hold a keyword, sorted and unique.
+
+        `gaps`: only these (start, end) ranges are searched, each starting at a line start (the rest of the
+        block is request-logger lines, which are never evidence).
+        """
         if not self.keywords:
             return []
         self._searched += len(block)
         if self._searched <= self.SMALL_INPUT:
-            return self._hit_lines_small(block)
+            return self._hit_lines_small(block, gaps)
         if self._hyperscan() is not None:
-            return self._hit_lines_hs(block)
-        low = block.lower()
-        search, find, rfind = self._any.search, low.find, low.rfind
+            return self._hit_lines_hs(block, gaps)
         starts: list[int] = []
-        pos = 0
-        while True:
-            m = search(low, pos)
-            if m is None:
-                break
-            starts.append(rfind(b"\n", 0, m.start()) + 1)
-            pos = find(b"\n", m.end())
-            if pos == -1:
-                break
+        for a, b in [(0, len(block))] if gaps is None else gaps:
+            low = block.lower() if gaps is None else block[a:b].lower()
+            search, find, rfind = self._any.search, low.find, low.rfind
+            pos = 0
+            while True:
+                m = search(low, pos)
+                if m is None:
+                    break
+                starts.append(a + rfind(b"\n", 0, m.start()) + 1)
+                pos = find(b"\n", m.end())
+                if pos == -1:
+                    break
         return starts
 
-    def _hit_lines_small(self, block: bytes) -> list[int]:
-        low = block.lower()
-        find, rfind = low.find, low.rfind
+    def _hit_lines_small(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
         starts: set[int] = set()
-        for word in self.keywords:
-            i = find(word)
-            while i != -1:
-                starts.add(rfind(b"\n", 0, i) + 1)
-                end = find(b"\n", i)
-                if end == -1:
-                    break
-                i = find(word, end)
+        for a, b in [(0, len(block))] if gaps is None else gaps:
+            low = block.lower() if gaps is None else block[a:b].lower()
+            find, rfind = low.find, low.rfind
+            for word in self.keywords:
+                i = find(word)
+                while i != -1:
+                    starts.add(a + rfind(b"\n", 0, i) + 1)
+                    end = find(b"\n", i)
+                    if end == -1:
+                        break
+                    i = find(word, end)
         return sorted(starts)
 
-    def _hit_lines_hs(self, block: bytes) -> list[int]:
+    def _hit_lines_hs(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
         ends: list[int] = []
-        self._hs.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
+        if gaps is None:
+            self._hs.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
+        else:
+            scan = self._hs.scan
+            for a, b in gaps:
+                scan(block[a:b], match_event_handler=lambda _id, _start, end, _flags, a: ends.append(a + end),
+                     context=a)
         ends.sort()
         rfind, find = block.rfind, block.find
         starts: list[int] = []
@@ -362,36 +387,52 @@ def _irreducible(words: set[bytes]) -> list[bytes]:
 
 
 def _trie(words: list[bytes]) -> bytes:
-    """A regex matching any of `words`, shaped as a trie (shared prefixes tested once)."""
-    root: dict = {}
-    for word in words:
-        node = root
-        for byte in word:
-            node = node.setdefault(byte, {})
-        node[None] = {}
+    """A regex matching any of `words` (bytes), shaped as a trie (shared prefixes tested once)."""
+    return trie_pattern([w.decode("latin-1") for w in words]).encode("latin-1")
 
-    def build(node: dict) -> bytes:
-        branches = [re.escape(bytes([b])) + build(child) for b, child in sorted(
-            (k, v) for k, v in node.items() if k is not None)]
-        if not branches:
-            return b""
-        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
-        if None in node:  # a word ends here: the longer ones are optional
-            body = b"(?:" + body + b")?"
-        return body
 
-    return build(root)
+class LineIndex:
+    """Newlines before an offset of one block, counted once: queries resume from the nearest offset asked
+    before (the access-line counts and the hits' line numbers ask in increasing order, one after the other)."""
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self._offsets = [0]
+        self._counts = [0]
+
+    def at(self, offset: int) -> int:
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        n = self._counts[i] + self.block.count(b"\n", self._offsets[i], offset)
+        if i == len(self._offsets) - 1:
+            self._offsets.append(offset)
+            self._counts.append(n)
+        return n
+
+
+def _hard_wrapped(block: bytes) -> bool:
+    """Whether unwrap() would rejoin anything in a block of the input's start (request-logger and access
+    lines blanked, as the slow path does). wrap_width reads only the first UNWRAP_SAMPLE lines (and peeks
+    at the line after the last), so only those are blanked here."""
+    end = 0
+    for _ in range(UNWRAP_SAMPLE + 2):
+        end = block.find(b"\n", end) + 1
+        if end == 0:
+            end = len(block)
+            break
+    return wrap_width(blank_user_content(block[:end])) is not None
 
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
                stats: ReadStats | None = None,
-               on_block: Callable[[int, bytes, list[int] | None], None] | None = None) -> Iterator[Line]:
+               on_block: Callable[[int, bytes, list[tuple[int, int]] | None, LineIndex | None, list[int] | None],
+                                  None] | None = None) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
-    the FOLLOW lines after each. `on_block(first_line_number, block, line_map)` sees each block of whole raw
-    lines before its lines are yielded (what is counted rather than read: access lines); `line_map`, when a
-    shipper's records were decoded, gives the physical line of each of the block's lines.
+    the FOLLOW lines after each. `on_block(first_line_number, block, gaps, index, line_map)` sees each block of
+    whole raw lines before its lines are yielded (what is counted rather than read: access lines); `gaps` (None:
+    all of it) are the ranges outside request-logger lines, `index` (or None) counts its newlines, `line_map`
+    (or None), when a shipper's records were decoded, gives the physical line of each of the block's lines.
     """
     st = stats if stats is not None else ReadStats()
     shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
@@ -418,32 +459,50 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             carry = b""
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
+        if prefilter is not None:
+            decoded, shape_map = shapes.decode_block(block)
+            # past the paste-sized start, or when the start is not a hard-wrapped paste: the same lines, found
+            # without a pass over each line of the block (request-logger and access lines are skipped where
+            # the search lands, not blanked beforehand; request-logger lines, most of the bytes when request
+            # logging is on, are not even searched)
+            if st.bytes > PASTE_MAX or not _hard_wrapped(decoded):
+                gaps = _gaps(decoded, user_spans(decoded))
+                # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
+                index = LineIndex(decoded) if decoded is block else None
+                if on_block is not None:
+                    on_block(number, decoded, gaps, index, shape_map)
+                yield from _block_lines(decoded, number, prefilter, redact, pending_follow, st, shape_map,
+                                        blank=is_user_content, starts=prefilter.hit_lines(decoded, gaps),
+                                        index=index)
+                pending_follow = _follow_after(decoded, prefilter, is_user_content)
+                number += block.count(b"\n") if index is None else index.at(len(block))
+                continue
+            lines_in_block = block.count(b"\n")
+            block = decoded
+            if on_block is not None:
+                on_block(number, block, _gaps(block, user_spans(block)), None, shape_map)
+            block = blank_user_content(block)
+            block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
+            if shape_map is not None:
+                line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
+            yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
+            pending_follow = _follow_after(block, prefilter)
+            number += lines_in_block
+            continue
         lines_in_block = block.count(b"\n")
         block, shape_map = shapes.decode_block(block)
         if on_block is not None:
-            on_block(number, block, shape_map)
-        if prefilter is not None and st.bytes > PASTE_MAX:
-            # past the paste-sized start: the same lines, found without a pass over each line of the block
-            # (request-logger and access lines are skipped where the search lands, not blanked beforehand)
-            yield from _block_lines(block, number, prefilter, redact, pending_follow, st, shape_map,
-                                    blank=is_user_content)
-            pending_follow = _follow_after(block, prefilter, is_user_content)
-            number += lines_in_block
-            continue
-        if prefilter is not None:
-            block = blank_user_content(block)
+            on_block(number, block, None, None, shape_map)
         # hard wraps come from pasting what a terminal or chat showed: only the start of an input can be one
         block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
         if shape_map is not None:
             line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
-        if prefilter is not None:
-            pending_follow = _follow_after(block, prefilter)
         number += lines_in_block
     if carry:  # a last line without a newline (a truncated log)
         block = shapes.decode_block(carry + b"\n")[0] + shapes.flush()
         if on_block is not None:
-            on_block(number, block, [0] * block.count(b"\n"))
+            on_block(number, block, None, None, [0] * block.count(b"\n"))
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, [0] * block.count(b"\n"))
         number += 1
     elif rest := shapes.flush():  # a shipper's partial line whose end never came
@@ -451,7 +510,8 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     st.lines = number
 
 
-#: Request-logger lines echo prompts (often huge, often full of words like "error"): never evidence.
+#: Request-logger lines echo prompts (often huge, often full of words like "error"): never evidence. (Each
+#: starts with "]": user_spans walks them.)
 USER_CONTENT_MARKERS = (b"] Received request ", b"] Generated response ", b"] Request details ")
 #: uvicorn's access lines record one HTTP request each: never evidence, and most of a quiet serving log.
 ACCESS = re.compile(rb' HTTP/[12](?:\.[01])?" \d{3}\b')
@@ -466,30 +526,77 @@ def blank_user_content(block: bytes) -> bytes:
     they can never be vLLM's own messages. Only a marker near the start of its line counts, so a flattened
     paste that merely contains one is kept whole.
     """
-    spans: list[tuple[int, int]] = []
-    find = block.find
-    for marker in USER_CONTENT_MARKERS:  # rare, long lines: find them one by one
-        i = find(marker)
-        while i != -1:
-            start = block.rfind(b"\n", 0, i) + 1
-            end = find(b"\n", i)
-            if i - start <= USER_CONTENT_REACH:
-                spans.append((start, end))
-            i = find(marker, end)
+    spans = user_spans(block)
     if spans:
-        spans.sort()
         parts, pos = [], 0
         for start, end in spans:
-            if start >= pos:
-                parts.append(block[pos:start])
-                pos = end
+            parts.append(block[pos:start])
+            pos = end - 1 if block[end - 1:end] == b"\n" else end  # the newline stays
         parts.append(block[pos:])
         block = b"".join(parts)
-    if find(b" HTTP/") == -1:
+    if block.find(b" HTTP/") == -1:
         return block
     # many short lines: one split, then one C-level search per line
     search = ACCESS.search
     return b"\n".join([b"" if search(line, 0, USER_CONTENT_REACH + 40) else line for line in block.split(b"\n")])
+
+
+def user_spans(block: bytes) -> list[tuple[int, int]]:
+    """The request-logger lines of a block of whole lines: sorted, disjoint (start, end) with the newline
+    inside (`block[start:end]` is the line and its newline). Found marker by marker: rare, long lines."""
+    spans: list[tuple[int, int]] = []
+    find, rfind, startswith = block.find, block.rfind, block.startswith
+    # every marker starts with "]", rare in a serving log outside request-logger lines: walk the "]" (memchr)
+    # near line starts; only a block full of them falls back to a search per marker
+    budget = 4096
+    i = find(b"]")
+    while i != -1 and budget:
+        budget -= 1
+        start = rfind(b"\n", 0, i) + 1
+        if i - start > USER_CONTENT_REACH:
+            i = find(b"\n", i)
+            i = -1 if i == -1 else find(b"]", i)
+            continue
+        if startswith(USER_CONTENT_MARKERS, i):
+            end = find(b"\n", i)
+            end = len(block) if end == -1 else end + 1
+            spans.append((start, end))
+            i = find(b"]", end)
+        else:
+            i = find(b"]", i + 1)
+    if not budget:
+        spans = []
+        for marker in USER_CONTENT_MARKERS:
+            i = find(marker)
+            while i != -1:
+                start = rfind(b"\n", 0, i) + 1
+                end = find(b"\n", i)
+                end = len(block) if end == -1 else end + 1
+                if i - start <= USER_CONTENT_REACH:
+                    spans.append((start, end))
+                i = find(marker, end)
+    if len(USER_CONTENT_MARKERS) > 1 and spans:
+        spans.sort()
+        out = [spans[0]]
+        for span in spans[1:]:
+            if span[0] >= out[-1][1]:
+                out.append(span)
+        spans = out
+    return spans
+
+
+def _gaps(block: bytes, spans: list[tuple[int, int]]) -> list[tuple[int, int]] | None:
+    """The ranges of `block` between `spans` (None: no span, the whole block)."""
+    if not spans:
+        return None
+    gaps, pos = [], 0
+    for start, end in spans:
+        if start > pos:
+            gaps.append((pos, start))
+        pos = end
+    if pos < len(block):
+        gaps.append((pos, len(block)))
+    return gaps
 
 
 _MARKER_REACH = USER_CONTENT_REACH + max(len(m) for m in USER_CONTENT_MARKERS)
@@ -500,9 +607,10 @@ def is_user_content(block: bytes, start: int) -> bool:
     end = block.find(b"\n", start)
     end = len(block) if end == -1 else end
     reach = min(end, start + _MARKER_REACH)
-    for marker in USER_CONTENT_MARKERS:
-        if block.find(marker, start, reach) != -1:
-            return True
+    if block.find(b"]", start, reach) != -1:  # memchr first: every marker starts with "]"
+        for marker in USER_CONTENT_MARKERS:
+            if block.find(marker, start, reach) != -1:
+                return True
     return ACCESS.search(block, start, min(end, start + USER_CONTENT_REACH + 40)) is not None
 
 
@@ -634,7 +742,8 @@ def _follow_after(block: bytes, prefilter: Prefilter, blank: Callable[[bytes, in
 
 def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, redact: Redactor | None,
                  pending_follow: int, st: ReadStats, line_map: list[int] | None = None,
-                 blank: Callable[[bytes, int], bool] | None = None) -> Iterator[Line]:
+                 blank: Callable[[bytes, int], bool] | None = None,
+                 starts: list[int] | None = None, index: LineIndex | None = None) -> Iterator[Line]:
     """The lines worth looking at in one block of whole lines (`line_map`: physical line of each, unwrap()).
 
     `blank` says which lines count as empty (is_user_content on a block that was not blanked beforehand).
@@ -644,7 +753,8 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
             st.decoded_lines += 1
             yield from _physical_to_lines(first_number + (line_map[i] if line_map else i) + 1, raw, redact, False)
         return
-    starts = prefilter.hit_lines(block)
+    if starts is None:
+        starts = prefilter.hit_lines(block)
     if blank is not None:
         starts = [s for s in starts if not blank(block, s)]
     # the first lines of the block may still be owed as follow lines of the previous block
@@ -682,7 +792,10 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
     for off in sorted(best):
         if off <= emitted_upto:
             continue
-        number += block.count(b"\n", last_off, off)
+        if index is None:
+            number += block.count(b"\n", last_off, off)
+        else:
+            number = first_number + index.at(off)
         last_off = off
         end = block.find(b"\n", off)
         raw = b"" if blank is not None and blank(block, off) else block[off:end]

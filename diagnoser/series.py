@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .keywords import BlockPattern
 from .metrics import KEYWORDS as METRIC_KEYWORDS
 from .metrics import MetricsReader, Scrape
 from .reader import Line
@@ -68,7 +69,7 @@ ISO_TIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
 VLLM_TIME = re.compile(r"^(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$")
 #: raw-block markers: where a stats line starts a new interval; an access line's status code
 STATS_MARK = b"Avg prompt throughput"
-BLOCK_ERROR = re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b')
+BLOCK_ERROR = BlockPattern(re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b'), 20)
 
 
 #: A year-less time this far before the previous one is in the next year (a log across New Year).
@@ -513,11 +514,17 @@ class Series:
                 self._v0_pending += max(total - self._v0_total, 0)
                 self._v0_total = max(total, self._v0_total)
 
-    def access_block(self, first_number: int, block: bytes, line_map: list[int] | None = None) -> None:
+    def access_block(self, first_number: int, block: bytes, gaps: list[tuple[int, int]] | None = None,
+                     index: Any = None, line_map: list[int] | None = None) -> None:
         """Count access lines and their failed statuses in a raw block, split at its stats lines (an access
-        line has no clock: it belongs to the interval that the next stats line closes). `line_map`: the
-        physical line of each of the block's lines (a shipper's record may hold several, an OTLP export)."""
-        if b" HTTP/" not in block:
+        line has no clock: it belongs to the interval that the next stats line closes). `gaps`: the ranges
+        outside request-logger lines (None: the whole block); a prompt that quotes an access line is no request.
+        `index`: the reader's newline counts of the block (reader.LineIndex), else they are counted here.
+        `line_map`: the physical line of each of the block's lines (a shipper's record may hold several, an
+        OTLP export).
+        """
+        ranges = [(0, len(block))] if gaps is None else gaps
+        if all(block.find(b" HTTP/", a, b) == -1 for a, b in ranges):
             return
         self._http_seen = True
         cuts = []  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
@@ -526,20 +533,36 @@ class Series:
             cuts.append(block.rfind(b"\n", 0, i) + 1)
             nl = block.find(b"\n", i)
             i = block.find(STATS_MARK, nl) if nl != -1 else -1
-        pos, index = 0, 0  # the block's lines before `pos`
-        for start in [*cuts, None]:
-            seg = block[pos:start]
-            self._open_http[0] += seg.count(b" HTTP/")
-            for m in BLOCK_ERROR.finditer(seg):
-                code = m.group(1).decode()
-                self._open_http[1][code] = self._open_http[1].get(code, 0) + 1
-            if start is None:
+        errors = [m for a, b in ranges for m in BLOCK_ERROR.finditer(block, a, b)]
+        pos, k, r, e = 0, 0, 0, 0  # k: the block's lines before `pos`
+        for start in [*cuts, len(block)]:
+            n = 0
+            while r < len(ranges):
+                a, b = ranges[r]
+                lo, hi = max(a, pos), min(b, start)
+                if lo < hi:
+                    n += block.count(b" HTTP/", lo, hi)
+                if b > start:
+                    break
+                r += 1
+            self._open_http[0] += n
+            first = e
+            while e < len(errors) and errors[e].start() < start:
+                e += 1
+            self._count_errors(errors[first:e])
+            if start == len(block):
                 break
-            index += seg.count(b"\n")
-            number = first_number + (line_map[index] if line_map is not None and index < len(line_map) else index)
+            k = index.at(start) if index is not None else k + block.count(b"\n", pos, start)
+            number = first_number + (line_map[k] if line_map is not None and k < len(line_map) else k)
             self._pending_http.append((number + 1, self._open_http[0], self._open_http[1]))
             self._open_http = [0, {}]
             pos = start
+
+    def _count_errors(self, errors: list[re.Match[bytes]]) -> None:
+        codes = self._open_http[1]
+        for m in errors:
+            code = m.group(1).decode()
+            codes[code] = codes.get(code, 0) + 1
 
     def _stats(self, line: Line) -> None:
         text = line.text

@@ -22,6 +22,8 @@ import json
 import re
 from typing import Any
 
+from .keywords import BlockPattern
+
 #: A line that may be a JSON record, after the text prefixes a shipper may put before it (kubectl's
 #: `[pod/name/container] `, a docker/kubectl RFC 3339 timestamp, a CRI `stdout F ` tag).
 JSON_LINE = re.compile(
@@ -54,7 +56,7 @@ class Decoder:
         Returns the new block and, when it changed, the index of the physical input line each output line
         comes from (the reader's line numbers stay the original ones); else the block and None.
         """
-        if PRETTY_MARKERS[0] in block or PRETTY_MARKERS[1] in block:
+        if _PRETTY.search(block):
             return _pretty(block)
         has_json = _has_record(block)
         # the kubelet writes every line of a pod's log in CRI form: a block of them starts with one
@@ -253,6 +255,8 @@ class Decoder:
 
 #: `gcloud logging read --format=json` (and the console's download): one pretty-printed JSON array, a field a line
 PRETTY_MARKERS = (b'  "textPayload": "', b'  "jsonPayload": {')
+#: Either marker, found in one pass (hyperscan's when installed: most blocks have neither).
+_PRETTY = BlockPattern(re.compile(b"|".join(re.escape(m) for m in PRETTY_MARKERS)), 20)
 PRETTY_TEXT = re.compile(rb'^\s*"(?:textPayload|message)": ("(?:[^"\\]|\\.)*"),?\s*$')
 PRETTY_SYNTAX = re.compile(rb'^\s*(?:[\[\]{}],?|"[^"\n]*": .*)\s*$')
 

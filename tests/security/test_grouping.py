@@ -71,3 +71,36 @@ def test_many_distinct_exceptions_each_its_own_group():
             for i in range(20_000)]
     groups = _group(hits)
     assert len(groups) == 20_000
+
+
+def _calls(fn, *args) -> int:
+    """Python and C function calls made by fn(*args): a count of work that does not depend on the machine."""
+    import sys
+
+    count = 0
+
+    def tally(_frame, event, _arg):
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+
+    sys.setprofile(tally)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def _distinct(n: int):
+    rule = SimpleNamespace(id="unrecognized-failure", aggregate={})
+    return [SimpleNamespace(rule=rule, facts={"exception": f"E{i}", "message": f"message {i}"},
+                            line=Line(number=i, text="x", raw="x", rank=i % 4 if i % 3 else None))
+            for i in range(n)]
+
+
+def test_grouping_work_grows_linearly_with_distinct_exceptions():
+    # issue 16 item 11: the scan made 2,000 distinct exceptions cost 4x what 1,000 did; the index about 2x
+    small, large = _calls(_group, _distinct(1000)), _calls(_group, _distinct(4000))
+    assert large < 4 * small * 1.25, (small, large)
+    assert _calls(_reference, _distinct(1000)) > 20 * small  # the measure tells quadratic from linear
