@@ -214,6 +214,7 @@ def _dtype(value: Any) -> str:
     return {"half": "float16", "float": "float32"}.get(text, text)
 
 
+#: Resolved top to bottom: a log getter may read the rows above it (the measured KV memory needs the utilization).
 TABLE: tuple[Row, ...] = (
     Row("model", "model_ref", log="model", command=lambda cmd, _v: cmd.model),
     Row("gpu_memory_utilization", "gpu_memory_utilization",
@@ -259,7 +260,7 @@ def _from_command(row: Row, cmd: serve_args.ServeArgs, values: dict[str, Any], v
         return row.command(cmd, v)
     for flag in row.flags:
         raw = values.get(flag)
-        if raw is None or raw == "":
+        if raw is None:
             continue
         if row.parse is None:
             return raw

@@ -22,20 +22,25 @@ class Verdict:
     why: str
 
 
+#: The documentation link vLLM appends to its memory errors from 0.13.
+DOCS = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+
+
+def no_memory_message(v: Version) -> str:
+    """What vLLM prints when nothing is left for the KV cache, in the wording of release `v`."""
+    text = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` " \
+           "when initializing the engine"
+    if v >= (0, 22, 0):
+        return text + " (this flag also controls CPU memory reservation on the CPU backend, despite its name)." + DOCS
+    return text + "." + (DOCS if (0, 13, 0) <= v <= (0, 21, 0) else "")
+
+
 def kv_message(res: mem.PlanResult, v: Version) -> str:
-    """A1/A2 wording of the release planned for."""
+    """What vLLM prints when one request of max_model_len does not fit, in the wording of release `v`
+    (V0's token count; V1's GiB figures, with the estimated length from 0.9.1)."""
     ml, need, avail = res.max_model_len, res.request_kv_bytes, res.kv_cache_bytes
     if avail <= 0:
-        tail = ""
-        if (0, 13, 0) <= v <= (0, 21, 0):
-            tail = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
-        elif v >= (0, 22, 0):
-            tail = (" (this flag also controls CPU memory reservation on the CPU backend, despite its name)."
-                    " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
-            return ("ValueError: No available memory for the cache blocks. Try increasing "
-                    "`gpu_memory_utilization` when initializing the engine" + tail)
-        return ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                "when initializing the engine." + tail)
+        return no_memory_message(v)
     est = mem.max_model_len_for(res.inp.arch, avail, ml, tp=res.inp.tensor_parallel_size,
                                 pp=res.inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
                                 max_num_batched_tokens=res.max_num_batched_tokens)
@@ -43,7 +48,6 @@ def kv_message(res: mem.PlanResult, v: Version) -> str:
         return (f"ValueError: The model's max seq len ({ml}) is larger than the maximum number of tokens that "
                 f"can be stored in KV cache ({res.kv_cache_tokens}). Try increasing `gpu_memory_utilization` "
                 f"or decreasing `max_model_len` when initializing the engine.")
-    docs = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
     if v < (0, 14, 0):
         unit = "GB" if v < (0, 8, 3) else "GiB"
         est_msg = (f" Based on the available memory, the estimated maximum model length is {est}."
@@ -51,14 +55,14 @@ def kv_message(res: mem.PlanResult, v: Version) -> str:
         return (f"ValueError: To serve at least one request with the models's max seq len ({ml}), "
                 f"({need / mem.GIB:.2f} {unit} KV cache is needed, which is larger than the available KV cache "
                 f"memory ({avail / mem.GIB:.2f} {unit}).{est_msg} Try increasing `gpu_memory_utilization` or "
-                f"decreasing `max_model_len` when initializing the engine." + (docs if v >= (0, 13, 0) else ""))
+                f"decreasing `max_model_len` when initializing the engine." + (DOCS if v >= (0, 13, 0) else ""))
     est_msg = f"Based on the available memory, the estimated maximum model length is {est}. " if est >= 1 else ""
     whose, cpu = ("models's", "") if v < (0, 22, 0) else ("model's", " (which also controls CPU memory on the "
                                                                         "CPU backend)")
     return (f"ValueError: To serve at least one request with the {whose} max seq len ({ml}), "
             f"({mem.format_gib(need)} GiB KV cache is needed, which is larger than the available KV cache "
             f"memory ({mem.format_gib(avail)} GiB). {est_msg}Try increasing `gpu_memory_utilization`{cpu} or "
-            f"decreasing `max_model_len` when initializing the engine." + docs)
+            f"decreasing `max_model_len` when initializing the engine." + DOCS)
 
 
 def verdict_for(res: mem.PlanResult, gpu: GpuSpec, v: Version, dtype: str,
