@@ -177,11 +177,11 @@ def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequen
         raise MissingInput(NO_MODEL)
     spec = load_model(str(got["model"]))
     check_arch(spec, str(got["model"]))
-    gpu, _ = resolve_gpu(opts, ctx)
+    gpu, got.sources["gpu"] = resolve_gpu(opts, ctx)
     inp = _plan_input(spec, gpu, got, version)
     res = mem.plan_memory(inp)
-    for key in ("weights", "overhead", "kv_cache"):
-        if got.came_from(key) == LOG and res.sources.get(key) in ("given", "measured"):
+    for key in ("weights", "overhead", "kv_cache"):    # the figure memory.py was given came from the log
+        if got.came_from(key) == LOG:
             res.sources[key] = "measured (log)"
     verdict = verdict_for(res, gpu, version, inp.dtype, inp.max_model_len is not None)
     min_conc = opts["min_concurrency"]
