@@ -169,12 +169,3 @@ def test_the_planner_library_does_not_import_click():
             "sys.exit('click' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
-
-def test_switches_and_environment_variables_of_the_command_are_rows_too():
-    cmd = _cmd("VLLM_USE_FLASHINFER_SAMPLER=1 vllm serve m --disable-custom-all-reduce --skip-mm-profiling")
-    got = resolve(OPTS, cmd, None, V)
-    assert (got["custom_all_reduce"], got["skip_mm_profiling"]) == (False, True)
-    assert (got["flashinfer_sampler"], got["flashinfer"]) == (True, True)
-    off = resolve(OPTS, _cmd("VLLM_USE_FLASHINFER_SAMPLER=0 vllm serve m"), None, V)
-    assert (off["flashinfer_sampler"], off["flashinfer"], off.came_from("flashinfer")) == (False, None, DEFAULT)
-    assert (off["custom_all_reduce"], off["skip_mm_profiling"]) == (None, False)

@@ -101,7 +101,8 @@ def _settings_from(inp: mem.PlanInput, opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, version: Version) -> mem.PlanInput:
+def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.ServeArgs,
+                version: Version) -> mem.PlanInput:
     """The memory model's input from the resolved settings (vLLM's 'auto' length: None + max_model_len_auto)."""
     max_len = check_max_len(got["max_model_len"])
     auto_len = max_len == -1 and got.came_from("max_model_len") != LOG
@@ -121,9 +122,7 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, version: Version) 
         max_num_seqs=got["max_num_seqs"], max_num_batched_tokens=got["max_num_batched_tokens"],
         enforce_eager=got["enforce_eager"], weights=got["weights"], overhead=got["overhead"],
         kv_cache_bytes=got["kv_cache"], kv_cache_fixed=kv_fixed, cpu_offload_bytes=got["cpu_offload"] or 0.0,
-        version=version, engine=got["engine"], custom_all_reduce=got["custom_all_reduce"],
-        skip_mm_profiling=got["skip_mm_profiling"], flashinfer=got["flashinfer"],
-        flashinfer_sampler=got["flashinfer_sampler"], max_model_len_auto=auto_len,
+        version=version, engine=got["engine"], **mem.serve_extras(cmd.values(), cmd.env, auto_len),
     )
 
 
@@ -178,7 +177,7 @@ def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequen
     spec = load_model(str(got["model"]))
     check_arch(spec, str(got["model"]))
     gpu, got.sources["gpu"] = resolve_gpu(opts, ctx)
-    inp = _plan_input(spec, gpu, got, version)
+    inp = _plan_input(spec, gpu, got, cmd, version)
     res = mem.plan_memory(inp)
     for key in ("weights", "overhead", "kv_cache"):    # the figure memory.py was given came from the log
         if got.came_from(key) == LOG:

@@ -26,7 +26,8 @@ def _template() -> jinja2.Template:
     env.filters["tokens"] = mem.human_tokens
     from .. import templatecache  # the compiled report is cached across runs: its compilation is most of a plan
 
-    return templatecache.from_string(env, text, (__file__,))
+    template: jinja2.Template = templatecache.from_string(env, text, (__file__,))
+    return template
 
 
 def kv_formula(res: mem.PlanResult, inp: mem.PlanInput) -> str:

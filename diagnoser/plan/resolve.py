@@ -209,21 +209,6 @@ def _log_engine(ctx: Any, _got: dict[str, Any], _v: releases.Version) -> str | N
     return ctx.engine if ctx.engine in ("V0", "V1") else None
 
 
-def _switch(flag: str, value: Any) -> CommandGetter:
-    """A getter: `value` when the command gives the switch `flag`, else nothing."""
-    return lambda cmd, _v: value if cmd.values().get(flag) else None
-
-
-def _env_flag(name: str, when: str | None = None) -> CommandGetter:
-    """A getter: VAR=0/1 before the command as False/True (`when`: only that value counts, as True)."""
-    def get(cmd: serve_args.ServeArgs, _v: releases.Version) -> bool | None:
-        value = cmd.env.get(name)
-        if value not in ("0", "1") or (when is not None and value != when):
-            return None
-        return value == "1"
-    return get
-
-
 def _dtype(value: Any) -> str:
     text = str(value)
     return {"half": "float16", "float": "float32"}.get(text, text)
@@ -252,10 +237,6 @@ TABLE: tuple[Row, ...] = (
     Row("kv_cache", flags=("--kv-cache-memory-bytes",), log=_log_kv_cache, parse=_bytes_or_size, invalid="{exc}"),
     Row("cpu_offload", flags=("--cpu-offload-gb",), default=0.0, parse=parse_size, invalid="{exc}"),
     Row("engine", command=_command_engine, log=_log_engine, log_first=True),
-    Row("custom_all_reduce", command=_switch("--disable-custom-all-reduce", False)),
-    Row("skip_mm_profiling", command=_switch("--skip-mm-profiling", True), default=False),
-    Row("flashinfer_sampler", command=_env_flag("VLLM_USE_FLASHINFER_SAMPLER")),
-    Row("flashinfer", command=_env_flag("VLLM_USE_FLASHINFER_SAMPLER", when="1")),   # the sampler needs it installed
 )
 
 
