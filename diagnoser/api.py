@@ -143,8 +143,6 @@ def plan(model: str | None = None, *, gpu: str | None = None, gpu_memory: str | 
     line (a string or its tokens). Keyword names and defaults are vLLM's flags with underscores.
     Sizes (weights, overhead) take the same spellings as the command line.
     """
-    import click
-
     # the planner module by its import path: `from . import plan` would give this function (see __init__)
     planner = import_module(f"{__package__}.plan")
 
@@ -165,9 +163,6 @@ def plan(model: str | None = None, *, gpu: str | None = None, gpu_memory: str | 
         tokens = tokens[1:]
     if opts["log_path"] is not None and not os.path.isfile(opts["log_path"]):
         raise InputError(f"{opts['log_path']}: no such log file")
-    try:
-        planned = planner.plan_config(opts, tokens)
-    except click.ClickException as exc:
-        raise UsageError(exc.format_message()) from None
+    planned = planner.plan_config(opts, tokens)
     return Plan(data=planned.data, text=planned.text, starts=bool(planned.verdict.starts), ok=bool(planned.ok),
                 notes=list(planned.data.get("notes") or []))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import releases
-from .flags import Flag, by_prefix, lookup
+from .flags import Flag, by_prefix, closest_flag, lookup, normalize
 
 #: `--max-model-len`: the spelling vLLM's argparse generates (lower case words joined by hyphens).
 FLAG_GRAMMAR = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*\Z")
@@ -35,7 +35,7 @@ API_KEY_NOTE = ("--api-key is passed as \"$VLLM_API_KEY\": export VLLM_API_KEY w
 NO_MODEL_NOTE = "no command is suggested: the model could not be read from the log"
 _NEGATIVE_NUMBER = re.compile(r"-\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z|-\.\d+\Z")
 _OBJECT_REPR = re.compile(r"(?P<cls>[A-Za-z_]\w*)\((?P<body>.*)\)\Z", re.S)
-_PROGRAM_WORDS = ("vllm", "serve", "python", "python3", "-m")
+_PROGRAM_WORDS = ("vllm", "vllm.exe", "serve", "python", "python3", "-m")
 MAX_NOTE_NAME = 40
 
 
@@ -98,6 +98,8 @@ class Item:
     words: list[str] | None   #: None for a switch; [] when a value was expected but missing
     negated: bool = False
     abbreviated: bool = False
+    joined: bool = False      #: written `--flag=value` (one word)
+    at: int = field(default=-1, compare=False)   #: the option's word index, for messages in the order written
 
     @property
     def name(self) -> str:
@@ -123,6 +125,11 @@ class ServeArgs:
     env: dict[str, str] = field(default_factory=dict)      #: VAR=value words before the program
     prog: str = "vllm serve"
     model_flag: bool = False                                #: the model was given as `--model NAME`
+    positional_at: list[int] = field(default_factory=list, compare=False, repr=False)  #: their word indexes
+
+    def values(self) -> dict[str, Any]:
+        """Long names of the known flags -> values ('--max-model-len' -> '2048'); the last one given wins."""
+        return {it.flag.name: it.value for it in self.items if it.flag is not None}
 
     def settings(self) -> dict[str, Any]:
         """Python names -> values ('max_model_len' -> '2048'); values stay the words as written."""
@@ -200,13 +207,15 @@ def _parse_arguments(toks: list[str], i: int, out: ServeArgs) -> ServeArgs:
                 out.model = tok
             else:
                 out.positionals.append(tok)
+                out.positional_at.append(i - 1)
             continue
         name, eq, raw = tok.partition("=")
         flag, abbreviated = resolve(name)
         item = Item(spelled=name, flag=flag, words=None, abbreviated=abbreviated,
-                    negated=name.startswith("--no-") and flag is not None and flag.negatable)
+                    negated=name.startswith("--no-") and flag is not None and flag.negatable, at=i - 1)
         if eq:
             item.words = [raw]
+            item.joined = True
         elif takes_value(flag, toks, i):
             n = value_count(flag, toks, i)
             item.words = toks[i:i + n]
@@ -432,3 +441,79 @@ def number_or_text(value: Any) -> Any:
                 continue
             return out if not isinstance(out, float) or math.isfinite(out) else value
     return value
+
+
+# --- what vLLM's argparse says about a command line -----------------------------------------------------------
+
+#: Unrecognized arguments named in the error (each looked up for a "did you mean"); the rest are counted.
+MAX_UNKNOWN_SHOWN = 20
+#: The first release whose argparse reads `--max_model_len` as `--max-model-len` (earlier ones reject it).
+UNDERSCORE_SINCE = (0, 5, 1)
+
+
+@dataclass
+class Checked:
+    """vLLM's verdict on a command line for one release: notes on what it accepts, and the error it exits with."""
+
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None    #: `vllm serve: error: ...` as argparse prints it; None when it parses
+
+
+def _as_written(item: Item) -> list[str]:
+    """The item's words as the command line had them ('--flag=v' stays one word)."""
+    if item.joined and item.words:
+        return [f"{item.spelled}={item.words[0]}"]
+    return [item.spelled, *(item.words or [])]
+
+
+def check(args: ServeArgs, version: releases.Version) -> Checked:
+    """What vLLM `version`'s argparse does with `args`: unknown flags and extra positionals (with a "did you
+    mean"), a value missing, a flag removed in that release, `--snake_case` before 0.5.1; notes for
+    abbreviations, underscore spellings and flags newer than the release. The first fatal problem wins, as in
+    argparse; unknown words are reported together at the end, in the order written."""
+    out = Checked()
+    prog, shown_version = args.prog, releases.version_str(version)
+    unknown = list(zip(args.positional_at, ([w] for w in args.positionals), strict=True))
+    for item in args.items:
+        flag, name = item.flag, item.spelled
+        if flag is None:
+            unknown.append((item.at, _as_written(item)))
+            continue
+        if item.abbreviated:
+            out.notes.append(f"{name} is an abbreviation argparse accepts for {flag.name}")
+        if name.startswith("--") and "_" in name.split(".", 1)[0]:
+            hyphen = normalize(name)
+            if version < UNDERSCORE_SINCE:
+                out.notes.append(f"vLLM {shown_version} rejects {name}: "
+                                 f"'{prog}: error: unrecognized arguments: {name}'; write {hyphen}")
+                unknown.append((item.at, _as_written(item)))
+                continue
+            out.notes.append(f"{name}: vLLM 0.1-0.5.0 would fail with '{prog}: error: unrecognized "
+                             f"arguments: {name}'; from 0.5.1 vLLM accepts it as {hyphen}. Write {hyphen}.")
+        if flag.until and version >= releases.parse_version(flag.until):
+            became = f"; use {flag.renamed_to}" if flag.renamed_to else ""
+            out.error = (f"{prog}: error: unrecognized arguments: {name} ({flag.name} was removed in vLLM "
+                         f"{flag.until}{became}; planning for vLLM {shown_version}, see --vllm-version)")
+            return out
+        if flag.since and version < releases.parse_version(flag.since):
+            out.notes.append(f"{flag.name} only exists from vLLM {flag.since}")
+        if flag.value and item.words == []:
+            out.error = f"{prog}: error: argument {name}: expected one argument"
+            return out
+    if unknown:
+        out.error = _unrecognized(prog, [w for _, words in sorted(unknown, key=lambda u: u[0]) for w in words])
+    return out
+
+
+def _unrecognized(prog: str, words: list[str]) -> str:
+    """argparse's `unrecognized arguments` error, with a did-you-mean for misspelled flags."""
+    shown = words[:MAX_UNKNOWN_SHOWN]
+    more = f" ... and {len(words) - len(shown)} more" if len(words) > len(shown) else ""
+    hints = []
+    for word in shown:
+        if word.startswith("--"):
+            guess, score = closest_flag(word.split("=", 1)[0])
+            if guess and score >= 70:
+                hints.append(f"did you mean {guess}?")
+    return (f"{prog}: error: unrecognized arguments: {' '.join(shown)}{more}" +
+            (" (" + "; ".join(hints) + ")" if hints else ""))

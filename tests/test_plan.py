@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from diagnoser import memory as mem
-from diagnoser.cli import main
+from diagnoser.cli import main, plan_command
 from diagnoser.errors import UsageError
 from diagnoser.flags import closest_flag, load_flags, lookup, renamed
 from diagnoser.modelspec import load_gpu, load_model
-from diagnoser.plan import parse_size, plan
+from diagnoser.plan import parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
@@ -29,7 +29,7 @@ JSON_KEYS = {"kv_bytes_per_token", "budget_bytes", "weights_bytes", "overhead_by
 
 
 def run(args: list[str]):
-    return CliRunner().invoke(plan, args)
+    return CliRunner().invoke(plan_command(), args)
 
 
 def run_json(args: list[str]) -> dict:

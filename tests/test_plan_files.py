@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
+from diagnoser.cli import plan_command
 from diagnoser.launch import parse_pins, read_launch_file, shell_words, simple_commands
-from diagnoser.plan import plan
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -31,7 +31,7 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 
 def run(args: list[str]):
-    return CliRunner().invoke(plan, args)
+    return CliRunner().invoke(plan_command(), args)
 
 
 def plan_json(args: list[str]) -> list[dict]:

@@ -1,0 +1,135 @@
+"""Does it start? The first check vLLM would fail, in start-up order, the message the planned release prints
+there (each release's wording), and the flag changes that make it start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import memory as mem
+from ..modelspec import GpuSpec
+from ..releases import Version, engine_for, parse_version
+
+
+@dataclass
+class Verdict:
+    """Whether vLLM starts; if not, the stage it fails in, what it prints and why, in words."""
+
+    starts: bool
+    stage: str | None
+    message: str | None
+    why: str
+
+
+#: The documentation link vLLM appends to its memory errors from 0.13.
+DOCS = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+
+
+def no_memory_message(v: Version) -> str:
+    """What vLLM prints when nothing is left for the KV cache, in the wording of release `v`."""
+    text = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` " \
+           "when initializing the engine"
+    if v >= (0, 22, 0):
+        return text + " (this flag also controls CPU memory reservation on the CPU backend, despite its name)." + DOCS
+    return text + "." + (DOCS if (0, 13, 0) <= v <= (0, 21, 0) else "")
+
+
+def kv_message(res: mem.PlanResult, v: Version) -> str:
+    """What vLLM prints when one request of max_model_len does not fit, in the wording of release `v`
+    (V0's token count; V1's GiB figures, with the estimated length from 0.9.1)."""
+    ml, need, avail = res.max_model_len, res.request_kv_bytes, res.kv_cache_bytes
+    if avail <= 0:
+        return no_memory_message(v)
+    est = mem.max_model_len_for(res.inp.arch, avail, ml, tp=res.inp.tensor_parallel_size,
+                                pp=res.inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
+                                max_num_batched_tokens=res.max_num_batched_tokens)
+    if engine_for(v, res.inp.engine) == "V0":
+        return (f"ValueError: The model's max seq len ({ml}) is larger than the maximum number of tokens that "
+                f"can be stored in KV cache ({res.kv_cache_tokens}). Try increasing `gpu_memory_utilization` "
+                f"or decreasing `max_model_len` when initializing the engine.")
+    if v < (0, 14, 0):
+        unit = "GB" if v < (0, 8, 3) else "GiB"
+        est_msg = (f" Based on the available memory, the estimated maximum model length is {est}."
+                   if est >= 1 and v >= (0, 9, 1) else "")
+        return (f"ValueError: To serve at least one request with the models's max seq len ({ml}), "
+                f"({need / mem.GIB:.2f} {unit} KV cache is needed, which is larger than the available KV cache "
+                f"memory ({avail / mem.GIB:.2f} {unit}).{est_msg} Try increasing `gpu_memory_utilization` or "
+                f"decreasing `max_model_len` when initializing the engine." + (DOCS if v >= (0, 13, 0) else ""))
+    est_msg = f"Based on the available memory, the estimated maximum model length is {est}. " if est >= 1 else ""
+    whose, cpu = ("models's", "") if v < (0, 22, 0) else ("model's", " (which also controls CPU memory on the "
+                                                                        "CPU backend)")
+    return (f"ValueError: To serve at least one request with the {whose} max seq len ({ml}), "
+            f"({mem.format_gib(need)} GiB KV cache is needed, which is larger than the available KV cache "
+            f"memory ({mem.format_gib(avail)} GiB). {est_msg}Try increasing `gpu_memory_utilization`{cpu} or "
+            f"decreasing `max_model_len` when initializing the engine." + DOCS)
+
+
+def verdict_for(res: mem.PlanResult, gpu: GpuSpec, v: Version, dtype: str,
+                max_len_given: bool) -> Verdict:
+    """Does it start? The first check vLLM would fail, in start-up order."""
+    arch = res.inp.arch
+    tp = res.inp.tensor_parallel_size
+    limit = arch.max_position_embeddings
+    if max_len_given and limit and res.max_model_len > limit:
+        return Verdict(False, "config", (
+            f"ValueError: User-specified max_model_len ({res.max_model_len}) is greater than the derived "
+            f"max_model_len (max_position_embeddings={limit} or model_max_length=None in model's config.json). "
+            "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. ..."),
+            f"--max-model-len {res.max_model_len} is above the model's {limit} positions")
+    if arch.num_attention_heads % tp:
+        return Verdict(False, "config", (
+            f"ValueError: Total number of attention heads ({arch.num_attention_heads}) must be divisible by "
+            f"tensor parallel size ({tp})."), f"{arch.num_attention_heads} heads do not split over {tp} GPUs")
+    cc = gpu.compute_capability
+    bf16 = dtype == "bfloat16" or (dtype == "auto" and v < (0, 9, 1) and mem.dtype_bytes(arch.torch_dtype) == 2
+                                   and "bf" in arch.torch_dtype)
+    if gpu.platform == "cuda" and cc and bf16 and parse_version(cc) < (8, 0, 0):
+        return Verdict(False, "worker_init", (
+            f"ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your "
+            f"{gpu.name} GPU has compute capability {cc}. You can use float16 instead by explicitly setting "
+            "the `dtype` flag in CLI, for example: --dtype=half."), f"{gpu.name} (sm {cc}) has no bfloat16")
+    if res.weights_bytes > gpu.memory_bytes:
+        return Verdict(False, "weight_loading", (
+            "torch.OutOfMemoryError: CUDA out of memory. (while loading weights: "
+            f"{res.weights_bytes / mem.GIB:.2f} GiB of weights on a {gpu.memory_bytes / mem.GIB:.2f} GiB GPU)"),
+            "the weights alone are larger than the GPU")
+    if not res.fits:
+        why = ("weights and overhead use the whole share, nothing is left for the KV cache"
+               if res.kv_cache_bytes <= 0 else
+               f"one request of {res.max_model_len:,} tokens needs {res.request_kv_bytes / mem.GIB:.2f} GiB of KV "
+               f"cache; only {res.kv_cache_bytes / mem.GIB:.2f} GiB is left")
+        return Verdict(False, "kv_cache_allocation", kv_message(res, v), why)
+    return Verdict(True, None, None, f"{res.max_concurrency:.2f} requests of {res.max_model_len:,} tokens fit at once")
+
+
+#: A quantization fix is another checkpoint, never a flag on this one (vLLM reads the method from its config).
+QUANTIZED_CHECKPOINT_NOTE = ("load a 4-bit checkpoint of this model instead (on the Hub usually ORG/NAME-AWQ, "
+                             "NAME-GPTQ-Int4 or NAME-AWQ-INT4); vLLM reads the method from its config, so no "
+                             "--quantization flag is added to this one")
+
+
+def suggest_changes(res: mem.PlanResult, verdict: Verdict, rows: list[dict[str, Any]],
+                    min_conc: float | None) -> tuple[dict[str, str | None], str]:
+    """Flag changes that make the configuration start (and reach --min-concurrency)."""
+    want = min_conc or 1.0
+    if verdict.starts and res.max_concurrency >= want:
+        return {}, "no change needed"
+    if verdict.stage == "config" and "max_model_len" in (verdict.message or "") and \
+            res.inp.arch.max_position_embeddings:
+        return {"--max-model-len": str(res.inp.arch.max_position_embeddings)}, "the model's own maximum length"
+    if verdict.stage == "config":
+        return {}, "pick a --tensor-parallel-size that divides the attention heads"
+    if verdict.stage == "worker_init":
+        return {"--dtype": "half"}, "float16 instead of bfloat16 on this GPU"
+    if res.kv_cache_bytes > 0 and verdict.stage != "weight_loading":
+        length = mem.len_for_concurrency(res, want)
+        if length >= mem.LEN_STEP:
+            return {"--max-model-len": str(length)}, (
+                f"largest --max-model-len (multiple of 1024) with {want:g} request(s) at once")
+    for row in rows:
+        if row["fits"] and row["max_concurrency"] >= want and row.get("flags"):
+            return dict(row["flags"]), f"what-if '{row['label']}'"
+        if row["fits"] and row["max_concurrency"] >= want and row["label"].startswith("4-bit"):
+            return {}, QUANTIZED_CHECKPOINT_NOTE
+    return {}, "no single change in the what-if table is enough: see the table"
