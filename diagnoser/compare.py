@@ -18,6 +18,7 @@ from typing import Any
 
 from . import memory as mem
 from . import releases as rel
+from . import sizing
 from .advise import Finding, build_command
 from .engine import Report
 from .errors import DoctorError
@@ -303,14 +304,14 @@ def _explicit_settings(ctx: Context) -> dict[str, Any]:
 
 # --- filling what a start did not print -------------------------------------------------------------------------
 
-def _plan_input(s: Start) -> mem.PlanInput | None:
+def _plan_input(s: Start) -> sizing.PlanInput | None:
     total = s.get("gpu_total_gib")
     if s.arch is None or not total:
         return None
     ctx = s.context
     seqs = s.settings["max_num_seqs"]["value"]
     batched = s.settings["max_num_batched_tokens"]["value"]
-    return mem.PlanInput(
+    return sizing.PlanInput(
         arch=s.arch, gpu_bytes=total * mem.GIB, gpu_name=s.gpu_name,
         gpu_memory_utilization=s.get("gpu_memory_utilization"),
         max_model_len=int(s.get("max_model_len") or 0) or None,
@@ -335,7 +336,7 @@ def complete(s: Start, peer: Start | None = None) -> None:
     if total and util:
         b.setdefault("budget_gib", Figure(total * util, "derived"))
     inp = _plan_input(s)
-    res = mem.plan_memory(inp) if inp is not None else None
+    res = sizing.plan_memory(inp) if inp is not None else None
     in_budget = bool(s.settings["cuda_graphs_in_budget"]["value"])
     ctx = s.context
     if in_budget:
@@ -380,7 +381,7 @@ def _bytes_per_token(s: Start | None) -> float | None:
     return None
 
 
-def _split_overhead(s: Start, res: mem.PlanResult | None) -> None:
+def _split_overhead(s: Start, res: sizing.PlanResult | None) -> None:
     """Activations and non-torch memory: printed, or what the budget leaves after weights, graphs and KV."""
     b = s.budget
     if "activation_peak_gib" in b and "non_torch_gib" in b:
@@ -680,7 +681,7 @@ def compare_reports(reports: list[Report], max_kv_loss: float = 0.2, gpu_total_g
 
 def start_from_plan(planned: Any, label: str) -> Start:
     """A planned release as a start (`plan --vllm-version A,B`): every figure is the planner's."""
-    res: mem.PlanResult = planned.res
+    res: sizing.PlanResult = planned.res
     inp = res.inp
     total = inp.gpu_bytes / mem.GIB
     version = inp.version

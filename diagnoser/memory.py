@@ -748,28 +748,3 @@ def resolve_dtype_bytes(arch: ArchSpec, dtype: str | None) -> float:
     if not dtype or dtype == "auto":
         return 2
     return dtype_bytes(dtype)
-
-
-# --- names that moved out in the memory.py split (issue 14) ------------------------------------------------------
-
-#: Where the planner's orchestration and the release lookups went: sizing.py (plan side), releases.py, units.py.
-#: Kept importable from here, lazily, only so code written against the old module (plan.py, being restructured
-#: into plan/ in parallel) keeps working through the merge; new code imports from the new homes.
-_MOVED = {
-    **dict.fromkeys(("PlanInput", "PlanResult", "plan_memory", "with_changes", "vary", "what_if",
-                     "whole_gpu_kv_bytes", "len_for_concurrency", "length_table", "serve_extras",
-                     "physics_assumptions", "sampler_bytes_per_logit", "non_torch_rule", "graphs_budgeted",
-                     "LATEST_VERSION"), "sizing"),
-    "version_tuple": "releases.parse_version", "engine_for": "releases.engine_for",
-    "log_size_gib": "units.log_size_gib",
-}
-
-
-def __getattr__(name: str) -> Any:
-    target = _MOVED.get(name)
-    if target is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    module, _, attr = target.partition(".")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), attr or name)

@@ -30,7 +30,7 @@ FLAG_GRAMMAR = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*\Z")
 KEY_GRAMMAR = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*\Z")
 #: The value written for --api-key: the variable, never the secret.
 API_KEY_VALUE = '"$VLLM_API_KEY"'
-API_KEY_NOTE = ("--api-key is passed as \"$VLLM_API_KEY\": export VLLM_API_KEY with your key first "
+API_KEY_NOTE = ("the API key (--api-key) comes from \"$VLLM_API_KEY\": export VLLM_API_KEY with your key first "
                 "(the log's value is never repeated)")
 NO_MODEL_NOTE = "no command is suggested: the model could not be read from the log"
 _NEGATIVE_NUMBER = re.compile(r"-\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z|-\.\d+\Z")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diagnoser import memory as mem
+from diagnoser import sizing
 from diagnoser.cli import main, plan_command
 from diagnoser.errors import UsageError
 from diagnoser.flags import closest_flag, load_flags, lookup, renamed
@@ -293,7 +293,7 @@ def test_measured_numbers_reproduce_vllms_tokens():
         if "num_gpu_blocks" not in m or "kv_cache_gib" not in m:
             continue
         inp = bench.plan_input(pair["config"])
-        res = mem.plan_memory(mem.with_changes(inp, kv_cache_bytes=m["kv_cache_gib"] * GIB))
+        res = sizing.plan_memory(sizing.with_changes(inp, kv_cache_bytes=m["kv_cache_gib"] * GIB))
         assert res.kv_cache_tokens == pytest.approx(m["kv_cache_tokens"], rel=0.01), pair["id"]
 
 

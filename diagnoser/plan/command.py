@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import memory as mem
-from .. import releases, serve_args
+from .. import releases, serve_args, sizing
 from ..errors import UsageError
 from ..modelspec import GpuSpec, ModelSpec, load_model
 from ..releases import Version, version_str
@@ -50,7 +50,7 @@ class Planned:
     text: str
     ok: bool
     verdict: Verdict
-    res: mem.PlanResult
+    res: sizing.PlanResult
 
 
 def read_command(tokens: Sequence[str], version: Version) -> tuple[serve_args.ServeArgs, list[str]]:
@@ -76,7 +76,7 @@ def fixed_command(model: str, settings: dict[str, Any], changes: dict[str, str |
     return serve_args.render_serve(model, out, version_str(version))
 
 
-def _settings_from(inp: mem.PlanInput, opts: dict[str, Any]) -> dict[str, Any]:
+def _settings_from(inp: sizing.PlanInput, opts: dict[str, Any]) -> dict[str, Any]:
     """The settings of a command built from the planner's own options (no `vllm serve` command given)."""
     out: dict[str, Any] = {}
     if inp.tensor_parallel_size > 1:
@@ -102,7 +102,7 @@ def _settings_from(inp: mem.PlanInput, opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.ServeArgs,
-                version: Version) -> mem.PlanInput:
+                version: Version) -> sizing.PlanInput:
     """The memory model's input from the resolved settings (vLLM's 'auto' length: None + max_model_len_auto)."""
     max_len = check_max_len(got["max_model_len"])
     auto_len = max_len == -1 and got.came_from("max_model_len") != LOG
@@ -114,7 +114,7 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.Se
     if quant and spec.arch.quantization and quant != spec.arch.quantization:
         spec.notes.append(f"--quantization {quant} replaces the checkpoint's {spec.arch.quantization}")
     kv_fixed = got.came_from("kv_cache") == COMMAND
-    return mem.PlanInput(
+    return sizing.PlanInput(
         arch=spec.arch, gpu_bytes=gpu.memory_bytes, gpu_name=gpu.name, gpu_memory_utilization=util,
         max_model_len=max_len, kv_cache_dtype=got["kv_cache_dtype"], dtype=got["dtype"], quantization=quant,
         quant_bits=spec.arch.quant_bits if quant and quant == spec.arch.quantization else None,
@@ -122,7 +122,7 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.Se
         max_num_seqs=got["max_num_seqs"], max_num_batched_tokens=got["max_num_batched_tokens"],
         enforce_eager=got["enforce_eager"], weights=got["weights"], overhead=got["overhead"],
         kv_cache_bytes=got["kv_cache"], kv_cache_fixed=kv_fixed, cpu_offload_bytes=got["cpu_offload"] or 0.0,
-        version=version, engine=got["engine"], **mem.serve_extras(cmd.values(), cmd.env, auto_len),
+        version=version, engine=got["engine"], **sizing.serve_extras(cmd.values(), cmd.env, auto_len),
     )
 
 
@@ -135,7 +135,7 @@ def _measured(ctx: Any) -> dict[str, Any] | None:
             "available_kv_cache_gib": ctx.available_kv_cache_gib, "weights_gib": ctx.weights_gib}
 
 
-def _data(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, verdict: Verdict, min_conc: float | None,
+def _data(spec: ModelSpec, gpu: GpuSpec, res: sizing.PlanResult, verdict: Verdict, min_conc: float | None,
           ok: bool) -> dict[str, Any]:
     """The JSON contract of one plan (what-if, lengths, command and notes are added by the caller)."""
     inp = res.inp
@@ -178,14 +178,14 @@ def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequen
     check_arch(spec, str(got["model"]))
     gpu, got.sources["gpu"] = resolve_gpu(opts, ctx)
     inp = _plan_input(spec, gpu, got, cmd, version)
-    res = mem.plan_memory(inp)
+    res = sizing.plan_memory(inp)
     for key in ("weights", "overhead", "kv_cache"):    # the figure memory.py was given came from the log
         if got.came_from(key) == LOG:
             res.sources[key] = "measured (log)"
     verdict = verdict_for(res, gpu, version, inp.dtype, inp.max_model_len is not None)
     min_conc = opts["min_concurrency"]
     ok = verdict.starts and (min_conc is None or res.max_concurrency >= min_conc)
-    rows = mem.what_if(inp, res)
+    rows = sizing.what_if(inp, res)
     changes, fix_note = suggest_changes(res, verdict, rows, min_conc)
     model = cmd.model or (str(got["model"]) if spec.source.startswith("config.json") else spec.arch.name)
     # a suggestion that changes nothing would repeat the failing command: say what to do instead
@@ -193,7 +193,7 @@ def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequen
                 if changes or fix_note == "no change needed" else serve_args.Rendered(None))
     data = {**_data(spec, gpu, res, verdict, min_conc, ok), "measured": _measured(ctx),
             "assumptions": assumptions_for(spec, gpu, res, got), "what_if": rows,
-            "lengths": mem.length_table(inp, res), "command": rendered.text, "command_note": fix_note,
+            "lengths": sizing.length_table(inp, res), "command": rendered.text, "command_note": fix_note,
             "notes": [*extra_notes, *cmd_notes, *spec.notes, *rendered.notes]}
     text = render_text(data, res, spec, gpu, verdict) if opts["fmt"] != "json" else ""
     return Planned(data, text, ok, verdict, res)

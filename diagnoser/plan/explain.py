@@ -10,6 +10,7 @@ from typing import Any
 import jinja2
 
 from .. import memory as mem
+from .. import sizing
 from ..modelspec import GpuSpec, ModelSpec
 from ..releases import Version, engine_for, version_str
 from .resolve import COMMAND, LOG, OPTION, SIZE_NOTE, Resolved
@@ -30,7 +31,7 @@ def _template() -> jinja2.Template:
     return template
 
 
-def kv_formula(res: mem.PlanResult, inp: mem.PlanInput) -> str:
+def kv_formula(res: sizing.PlanResult, inp: sizing.PlanInput) -> str:
     """The bytes-per-token product, spelled out."""
     a = inp.arch
     tp, pp = inp.tensor_parallel_size, inp.pipeline_parallel_size
@@ -47,7 +48,7 @@ def kv_formula(res: mem.PlanResult, inp: mem.PlanInput) -> str:
     return f"2 x {layers} layers x {heads} KV heads{split} x {a.head_size} head dim x {vb}"
 
 
-def _weights_line(res: mem.PlanResult, inp: mem.PlanInput, source: str) -> str:
+def _weights_line(res: sizing.PlanResult, inp: sizing.PlanInput, source: str) -> str:
     """Where the weight figure comes from: the log, --weights, or parameters x bytes (split over TP/PP)."""
     if source == LOG:
         return "weights: measured in the log"
@@ -67,11 +68,11 @@ def _weights_line(res: mem.PlanResult, inp: mem.PlanInput, source: str) -> str:
             (f" and PP {inp.pipeline_parallel_size}" if inp.pipeline_parallel_size > 1 else ""))
 
 
-def _overhead_line(res: mem.PlanResult, inp: mem.PlanInput, v: Version, source: str) -> str:
+def _overhead_line(res: sizing.PlanResult, inp: sizing.PlanInput, v: Version, source: str) -> str:
     """Where the overhead comes from: the log, --overhead, or activations + non-torch (+ CUDA graphs)."""
     if source == LOG:
         return ("overhead: measured in the log (activation peak + non-torch memory"
-                + (" + CUDA graphs)" if mem.graphs_budgeted(v) else ")"))
+                + (" + CUDA graphs)" if sizing.graphs_budgeted(v) else ")"))
     if source == OPTION:
         return "overhead: given with --overhead (activations + CUDA graphs + non-torch memory)"
     if res.graphs_in_budget and res.cuda_graph_bytes:
@@ -83,12 +84,12 @@ def _overhead_line(res: mem.PlanResult, inp: mem.PlanInput, v: Version, source: 
                   "release and must fit outside the share")
     return (f"overhead: activations {res.activation_bytes / mem.GIB:.2f} GiB (the larger of the forward pass over "
             f"max_num_batched_tokens={res.max_num_batched_tokens} and the sampler over max_num_seqs="
-            f"{res.max_num_seqs} x {inp.arch.vocab_size:,} vocabulary x {mem.sampler_bytes_per_logit(v):g} bytes, "
+            f"{res.max_num_seqs} x {inp.arch.vocab_size:,} vocabulary x {sizing.sampler_bytes_per_logit(v):g} bytes, "
             f"the coefficient of vLLM {version_str(v)}) + non-torch {res.non_torch_bytes / mem.GIB:.2f} GiB "
-            f"({mem.non_torch_rule(inp.tensor_parallel_size, v)})" + graphs)
+            f"({sizing.non_torch_rule(inp.tensor_parallel_size, v)})" + graphs)
 
 
-def _architecture_lines(res: mem.PlanResult, inp: mem.PlanInput) -> list[str]:
+def _architecture_lines(res: sizing.PlanResult, inp: sizing.PlanInput) -> list[str]:
     """What the model's attention layout and the KV dtype mean for the KV figures."""
     a, out = inp.arch, []
     if a.is_mla:
@@ -107,7 +108,7 @@ def _architecture_lines(res: mem.PlanResult, inp: mem.PlanInput) -> list[str]:
     return out
 
 
-def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, got: Resolved) -> list[str]:
+def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: sizing.PlanResult, got: Resolved) -> list[str]:
     """Every assumption behind the figures, in words; each figure's source from the resolve table."""
     inp = res.inp
     v, a = inp.version, inp.arch
@@ -128,11 +129,11 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: mem.PlanResult, got: Res
     out.append("one vLLM instance alone on the GPU (other processes' memory is not subtracted)")
     if a.extra_params and not a.vision:
         out.append("multimodal: the vision tower's weights are counted; its profiling activations are not")
-    out.extend(mem.physics_assumptions(res))
+    out.extend(sizing.physics_assumptions(res))
     return out
 
 
-def render_text(data: dict[str, Any], res: mem.PlanResult, spec: ModelSpec, gpu: GpuSpec, verdict: Verdict) -> str:
+def render_text(data: dict[str, Any], res: sizing.PlanResult, spec: ModelSpec, gpu: GpuSpec, verdict: Verdict) -> str:
     """The text report of one plan."""
     return _template().render(d=data, res=res, inp=res.inp, arch=spec.arch, gpu=gpu, verdict=verdict,
                               formula=kv_formula(res, res.inp), mem=mem)

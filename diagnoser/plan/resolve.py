@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import memory as mem
-from .. import releases, serve_args
+from .. import releases, serve_args, sizing
 from ..errors import InputError, UsageError
 from ..modelspec import GpuSpec, ModelSpec, load_gpu
 
@@ -185,7 +185,7 @@ def _log_overhead(ctx: Any, _got: dict[str, Any], v: releases.Version) -> float 
     if ctx.activation_peak_gib is None:
         return None
     gib = float(ctx.activation_peak_gib) + float(ctx.non_torch_gib or 0)
-    if mem.graphs_budgeted(v) and ctx.cuda_graph_gib:
+    if sizing.graphs_budgeted(v) and ctx.cuda_graph_gib:
         gib += float(ctx.cuda_graph_gib)
     return gib * mem.GIB
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import memory as mem
+from .. import sizing
 from ..modelspec import GpuSpec
 from ..releases import Version, engine_for, parse_version
 
@@ -35,7 +36,7 @@ def no_memory_message(v: Version) -> str:
     return text + "." + (DOCS if (0, 13, 0) <= v <= (0, 21, 0) else "")
 
 
-def kv_message(res: mem.PlanResult, v: Version) -> str:
+def kv_message(res: sizing.PlanResult, v: Version) -> str:
     """What vLLM prints when one request of max_model_len does not fit, in the wording of release `v`
     (V0's token count; V1's GiB figures, with the estimated length from 0.9.1)."""
     ml, need, avail = res.max_model_len, res.request_kv_bytes, res.kv_cache_bytes
@@ -65,7 +66,7 @@ def kv_message(res: mem.PlanResult, v: Version) -> str:
             f"decreasing `max_model_len` when initializing the engine." + DOCS)
 
 
-def verdict_for(res: mem.PlanResult, gpu: GpuSpec, v: Version, dtype: str,
+def verdict_for(res: sizing.PlanResult, gpu: GpuSpec, v: Version, dtype: str,
                 max_len_given: bool) -> Verdict:
     """Does it start? The first check vLLM would fail, in start-up order."""
     arch = res.inp.arch
@@ -109,7 +110,7 @@ QUANTIZED_CHECKPOINT_NOTE = ("load a 4-bit checkpoint of this model instead (on 
                              "--quantization flag is added to this one")
 
 
-def suggest_changes(res: mem.PlanResult, verdict: Verdict, rows: list[dict[str, Any]],
+def suggest_changes(res: sizing.PlanResult, verdict: Verdict, rows: list[dict[str, Any]],
                     min_conc: float | None) -> tuple[dict[str, str | None], str]:
     """Flag changes that make the configuration start (and reach --min-concurrency)."""
     want = min_conc or 1.0
@@ -123,7 +124,7 @@ def suggest_changes(res: mem.PlanResult, verdict: Verdict, rows: list[dict[str, 
     if verdict.stage == "worker_init":
         return {"--dtype": "half"}, "float16 instead of bfloat16 on this GPU"
     if res.kv_cache_bytes > 0 and verdict.stage != "weight_loading":
-        length = mem.len_for_concurrency(res, want)
+        length = sizing.len_for_concurrency(res, want)
         if length >= mem.LEN_STEP:
             return {"--max-model-len": str(length)}, (
                 f"largest --max-model-len (multiple of 1024) with {want:g} request(s) at once")
