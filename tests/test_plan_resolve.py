@@ -169,3 +169,27 @@ def test_the_planner_library_does_not_import_click():
             "sys.exit('click' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
+
+
+@pytest.mark.parametrize(("version", "present", "absent"), [
+    ("0.8.2", ["models's", " GB KV cache"], ["GiB", "estimated maximum", "conserving_memory"]),
+    ("0.8.3", ["models's", " GiB KV cache"], ["estimated maximum", "conserving_memory"]),
+    ("0.9.1", ["estimated maximum model length is"], ["conserving_memory"]),
+    ("0.13.0", ["conserving_memory"], ["CPU backend"]),
+    ("0.22.0", ["model's max seq len", "CPU memory on the CPU backend", "conserving_memory"], ["models's"]),
+])
+def test_the_kv_message_has_each_releases_wording(version, present, absent):
+    # the release each wording changed in is data (releases.yaml), the planner prints it as that release would
+    from diagnoser import sizing
+    from diagnoser.modelspec import load_model
+    from diagnoser.plan.verdict import kv_message
+    from diagnoser.releases import parse_version
+
+    spec = load_model("llama-3.1-8b")
+    v = parse_version(version)
+    inp = sizing.PlanInput(arch=spec.arch, gpu_bytes=24 * 2**30, max_model_len=131072, version=v, engine="V1")
+    text = kv_message(sizing.plan_memory(inp), v)
+    for want in present:
+        assert want in text, (version, want, text)
+    for unwanted in absent:
+        assert unwanted not in text, (version, unwanted, text)

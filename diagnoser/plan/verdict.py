@@ -10,7 +10,7 @@ from typing import Any
 from .. import memory as mem
 from .. import sizing
 from ..modelspec import GpuSpec
-from ..releases import Version, engine_for, parse_version
+from ..releases import Version, default, engine_for, parse_version
 
 
 @dataclass
@@ -31,9 +31,9 @@ def no_memory_message(v: Version) -> str:
     """What vLLM prints when nothing is left for the KV cache, in the wording of release `v`."""
     text = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` " \
            "when initializing the engine"
-    if v >= (0, 22, 0):
-        return text + " (this flag also controls CPU memory reservation on the CPU backend, despite its name)." + DOCS
-    return text + "." + (DOCS if (0, 13, 0) <= v <= (0, 21, 0) else "")
+    if default("memory_error_cpu_backend_note", v):
+        text += " (this flag also controls CPU memory reservation on the CPU backend, despite its name)"
+    return text + "." + (DOCS if default("memory_error_docs_link", v) else "")
 
 
 def kv_message(res: sizing.PlanResult, v: Version) -> str:
@@ -49,21 +49,22 @@ def kv_message(res: sizing.PlanResult, v: Version) -> str:
         return (f"ValueError: The model's max seq len ({ml}) is larger than the maximum number of tokens that "
                 f"can be stored in KV cache ({res.kv_cache_tokens}). Try increasing `gpu_memory_utilization` "
                 f"or decreasing `max_model_len` when initializing the engine.")
-    if v < (0, 14, 0):
-        unit = "GB" if v < (0, 8, 3) else "GiB"
+    docs = DOCS if default("memory_error_docs_link", v) else ""
+    if not default("kv_message_format_gib", v):
+        unit = default("kv_message_unit", v)
         est_msg = (f" Based on the available memory, the estimated maximum model length is {est}."
-                   if est >= 1 and v >= (0, 9, 1) else "")
+                   if est >= 1 and default("kv_message_estimate", v) else "")
         return (f"ValueError: To serve at least one request with the models's max seq len ({ml}), "
                 f"({need / mem.GIB:.2f} {unit} KV cache is needed, which is larger than the available KV cache "
                 f"memory ({avail / mem.GIB:.2f} {unit}).{est_msg} Try increasing `gpu_memory_utilization` or "
-                f"decreasing `max_model_len` when initializing the engine." + (DOCS if v >= (0, 13, 0) else ""))
+                f"decreasing `max_model_len` when initializing the engine." + docs)
     est_msg = f"Based on the available memory, the estimated maximum model length is {est}. " if est >= 1 else ""
-    whose, cpu = ("models's", "") if v < (0, 22, 0) else ("model's", " (which also controls CPU memory on the "
-                                                                        "CPU backend)")
+    whose, cpu = (("model's", " (which also controls CPU memory on the CPU backend)")
+                  if default("memory_error_cpu_backend_note", v) else ("models's", ""))
     return (f"ValueError: To serve at least one request with the {whose} max seq len ({ml}), "
             f"({mem.format_gib(need)} GiB KV cache is needed, which is larger than the available KV cache "
             f"memory ({mem.format_gib(avail)} GiB). {est_msg}Try increasing `gpu_memory_utilization`{cpu} or "
-            f"decreasing `max_model_len` when initializing the engine." + DOCS)
+            f"decreasing `max_model_len` when initializing the engine." + docs)
 
 
 def verdict_for(res: sizing.PlanResult, gpu: GpuSpec, v: Version, dtype: str,
@@ -83,8 +84,8 @@ def verdict_for(res: sizing.PlanResult, gpu: GpuSpec, v: Version, dtype: str,
             f"ValueError: Total number of attention heads ({arch.num_attention_heads}) must be divisible by "
             f"tensor parallel size ({tp})."), f"{arch.num_attention_heads} heads do not split over {tp} GPUs")
     cc = gpu.compute_capability
-    bf16 = dtype == "bfloat16" or (dtype == "auto" and v < (0, 9, 1) and mem.dtype_bytes(arch.torch_dtype) == 2
-                                   and "bf" in arch.torch_dtype)
+    bf16_checkpoint = mem.dtype_bytes(arch.torch_dtype) == 2 and "bf" in arch.torch_dtype
+    bf16 = dtype == "bfloat16" or (dtype == "auto" and bf16_checkpoint and not default("auto_dtype_bf16_fallback", v))
     if gpu.platform == "cuda" and cc and bf16 and parse_version(cc) < (8, 0, 0):
         return Verdict(False, "worker_init", (
             f"ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your "
