@@ -9,6 +9,7 @@ so a number split by a wrap still reads whole). A hit remembers the line's stage
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import re
@@ -145,6 +146,30 @@ def drop_shadowed(hits: list[Hit]) -> list[Hit]:
 
 
 
+class _Firsts:
+    """The hits of one aggregate rule that come first in line order, up to `max_evidence` distinct evidence
+    lines (what advise takes the finding's first hit and evidence from), and those the fold kept."""
+
+    def __init__(self, max_evidence: int) -> None:
+        self.max_evidence = max_evidence
+        self.first: list[tuple[int, int, Hit]] = []  # (line number, arrival, hit), sorted
+        self.kept: list[tuple[int, Hit]] = []
+
+    def add(self, index: int, hit: Hit, kept: bool) -> None:
+        if kept:
+            self.kept.append((index, hit))
+        bisect.insort(self.first, (hit.line.number, index, hit), key=lambda e: (e[0], e[1]))
+        seen: set[str] = set()
+        for i, (_n, _a, h) in enumerate(self.first):
+            seen.update(ev.text.strip() for ev in h.evidence)
+            if len(seen) >= self.max_evidence:
+                del self.first[i + 1:]
+                break
+
+    def held(self) -> list[tuple[int, Hit]]:
+        return [*self.kept, *((a, h) for _n, a, h in self.first)]
+
+
 class Fold:
     """Every hit of one aggregate rule, folded as it comes: what the finding needs, in constant memory.
 
@@ -276,7 +301,8 @@ class Matcher:
         """Hits of the rules' `series:` entries: one per window the serving series found (or per engine for
         whole-series summaries), filtered by the entry's and the rule's `when` like any line's hit."""
         ctx = self._ctx_source.as_dict() if self._ctx_source is not None else {}
-        out: list[Hit] = []
+        out: list[tuple[int, Hit | None]] = []  # None: folded, held whole only if `firsts` still has it
+        firsts: dict[str, _Firsts] = {}
         for rule, pattern, _ in self.entries:
             if pattern.series is None:
                 continue
@@ -290,11 +316,19 @@ class Matcher:
                 line = evidence[0] if evidence else Line(number=0, text="", raw="")
                 hit = Hit(rule=rule, pattern=pattern, line=line, end_line=line.number, stage="serving",
                           fine_stage="serving", facts=facts, evidence=evidence)
-                if rule.aggregate:
-                    self.folds.setdefault(rule.id, Fold(MAX_EVIDENCE)).add(hit)
-                out.append(hit)
-        self.hits.extend(out)
-        return out
+                if not rule.aggregate:
+                    out.append((len(out), hit))
+                    continue
+                kept = self.folds.setdefault(rule.id, Fold(MAX_EVIDENCE)).add(hit)
+                firsts.setdefault(rule.id, _Firsts(MAX_EVIDENCE)).add(len(out), hit, kept)
+                out.append((len(out), None))
+        # an aggregate rule's hits are folded as they come: kept whole are those the fold asks for and the
+        # first ones in line order (the finding's first hit and evidence); the rest are never held together
+        # (constant memory on a long series of windows)
+        whole = {i: h for f in firsts.values() for i, h in f.held()}
+        hits = [h if h is not None else whole[i] for i, h in out if h is not None or i in whole]
+        self.hits.extend(hits)
+        return hits
 
     @property
     def held(self) -> int:

@@ -230,6 +230,25 @@ def _user_content(text: str) -> bool:
     return USER_CONTENT.search(text) is not None
 
 
+#: a piece of an enormous line ends at the last `, ` (else space, else other separator) in its last PIECE_SLACK
+#: bytes: a secret's key and value (`'api_key': 'sk-...'`, `--api-key VALUE`) stay in one piece
+PIECE_SLACK = 1 << 16
+_PIECE_CUTS = (b", ", b" ", b",", b";", b"\t")
+
+
+def _piece_end(data: bytes) -> int:
+    """Where to end the piece of an enormous line that `data` starts (in its last PIECE_SLACK bytes)."""
+    floor = max(len(data) - PIECE_SLACK, len(data) // 2)
+    for sep in _PIECE_CUTS:
+        i = data.rfind(sep, floor)
+        if i != -1:
+            return i + len(sep)
+    i = len(data) - 1
+    while i > floor and data[i] & 0xC0 == 0x80:  # a UTF-8 character's continuation bytes
+        i -= 1
+    return i if data[i] >= 0xC0 else len(data)  # a character cut at the end goes whole to the next piece
+
+
 def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
@@ -452,11 +471,13 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             if len(data) < MAX_LINE:
                 carry = data
                 continue
-            # an enormous line: handle it in pieces, all carrying the same line number
-            for line in _physical_to_lines(number + 1, data, redact, False):
+            # an enormous line: handle it in pieces, all carrying the same line number, each cut where no
+            # secret or character can straddle it (the rest goes on with the next piece)
+            end = _piece_end(data)
+            for line in _physical_to_lines(number + 1, data[:end], redact, False):
                 st.decoded_lines += 1
                 yield line
-            carry = b""
+            carry = data[end:]
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
         if prefilter is not None:

@@ -212,7 +212,7 @@ def _r(v: float) -> float:
     return round(v, 2) if abs(v) < 1e6 else round(v)
 
 
-@dataclass
+@dataclass(slots=True)
 class Window:
     """A stretch of time one detector flagged: exact, from every raw point inside it."""
 

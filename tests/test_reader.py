@@ -122,3 +122,33 @@ def test_request_logger_lines_are_blanked_before_the_prefilter():
     # deep inside a line (a flattened paste), the marker does not blank it
     flat = b"x" * 300 + b"] Received request c2: prompt: 'hi'\n"
     assert blank_user_content(flat) == flat
+
+
+def test_secret_at_a_piece_boundary_of_an_enormous_line_is_redacted(monkeypatch):
+    """An enormous line is cut into pieces where no secret straddles the cut, and each piece is redacted."""
+    import diagnoser.reader as reader
+    from diagnoser.redact import Redactor
+
+    monkeypatch.setattr(reader, "MAX_LINE", 1 << 16)
+    monkeypatch.setattr(reader, "BLOCK", 1 << 14)
+    head = "INFO 05-01 10:00:00 [logger.py:43] Received request chatcmpl-1: prompt: {"
+    secrets = ["Zq8r2Lm" + "X9vTb4Nc" + str(i) for i in range(1000)]
+    items = [f"'api_key': '{s}', 'content': '{'lorem ipsum ' * 20}'" for s in secrets]
+    # the first key and its value on either side of byte 65536, where a piece used to end
+    pad = 65536 - 4 - len(head + "'content': '" + "', " + "'api_key': '")
+    items[0] = "'content': '" + ("lorem " * 20000)[:pad] + "', " + items[0]
+    data = (head + ", ".join(items) + "}\n").encode()
+    assert data.index(b"'api_key'") < 65536 < data.index(secrets[0].encode()) + 8
+    red = Redactor()
+    out = list(read_lines(io.BytesIO(data), None, redact=red))
+    text = "".join(ln.text for ln in out)
+    assert {ln.number for ln in out} == {1} and len(out) > 3
+    assert not any(s[:12] in text for s in secrets) and red.counts["api_key"] == len(secrets)  # each by its key
+
+
+def test_piece_of_an_enormous_line_never_cuts_a_utf8_character():
+    import diagnoser.reader as reader
+
+    data = ("é" * 50_000).encode()  # no separator to cut at
+    end = reader._piece_end(data + b"\xc3")  # a character's first byte at the end
+    assert end == len(data) and data[:end].decode() == "é" * 50_000

@@ -121,3 +121,33 @@ def test_cli_series_flag_and_text_sparkline():
     text = subprocess.run([sys.executable, "-m", "diagnoser", "--no-color", path], capture_output=True, text=True).stdout
     spark = [ln for ln in text.splitlines() if ln.strip().startswith(("KV %", "waiting"))]
     assert len(spark) >= 2 and "█" in spark[0]
+
+
+def _stats_log(lines: int) -> str:
+    import random
+
+    rng = random.Random(4)
+    out = []
+    for i in range(lines):
+        ts = f"05-01 10:{i // 600 % 60:02d}:{i // 10 % 60:02d}.{i % 10}"
+        engine = i % 2  # two engines: their windows interleave in line order
+        out.append(f"INFO {ts} [loggers.py:123] Engine {engine:03d}: Avg prompt throughput: {rng.random() * 900:.1f} "
+                   f"tokens/s, Avg generation throughput: {rng.random() * 300:.1f} tokens/s, Running: "
+                   f"{rng.randint(8, 64)} reqs, Waiting: {rng.randint(0, 12)} reqs, GPU KV cache usage: "
+                   f"{rng.random() * 99:.1f}%, Prefix cache hit rate: 0.0%")
+    return "\n".join(out) + "\n"
+
+
+def test_folded_window_hits_give_the_same_findings(monkeypatch):
+    """A long series of windows keeps only the hits a finding shows whole; its facts are those of all hits."""
+    from diagnoser import matcher
+    from diagnoser.report.model import report_dict
+
+    text = _stats_log(6000)
+    folded = diagnose_text(text)
+    windows = sum(1 for _ in folded.series.windows("throughput-collapse"))
+    assert windows > 300
+    monkeypatch.setattr(matcher._Firsts, "add", lambda self, i, h, kept: self.kept.append((i, h)))
+    whole = diagnose_text(text)
+    assert any(f.rule.id == "throughput-collapse" for f in folded.findings)
+    assert report_dict(folded, series=True) == report_dict(whole, series=True)
