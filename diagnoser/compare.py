@@ -176,6 +176,7 @@ class Pair:
     kv_loss: float | None
     gate_failed: bool
     gate_reason: str | None
+    max_kv_loss: float = 0.2
 
     def as_json(self) -> dict[str, Any]:
         return {"before": self.before.input, "after": self.after.input,
@@ -661,7 +662,8 @@ def pair(before: Start, after: Start, max_kv_loss: float = 0.2) -> Pair:
     if fixes and after.context is not None:
         command = build_command(after.context, [{"flag": f.flag, "value": f.value} for f in fixes])[0]
     failed, reason, loss = _gate(before, after, max_kv_loss)
-    return Pair(before, after, changes, summary(before, after), fixes, alts, command, loss, failed, reason)
+    return Pair(before, after, changes, summary(before, after), fixes, alts, command, loss, failed, reason,
+                max_kv_loss)
 
 
 def compare_reports(reports: list[Report], max_kv_loss: float = 0.2, gpu_total_gib: float | None = None,
