@@ -181,6 +181,9 @@ def test_stdin_as_one_log() -> None:
     with open(after, "rb") as fh:
         run = doctor("compare", "--format", "json", before, "-", stdin=fh.read())
     assert run.returncode == 1 and json.loads(run.stdout)["logs"][1]["input"] == "-"
+    with open(after, "rb") as fh:
+        out = doctor("compare", before, "-", stdin=fh.read()).stdout.decode()
+    assert " stdin (started)" in out.splitlines()[2] and "Upgrade gate: FAIL: stdin lost 71%" in out
 
 
 @pytest.mark.parametrize("args, message", [

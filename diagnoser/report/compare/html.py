@@ -45,7 +45,7 @@ def _table(title: str, rows: list[Row], heads: list[str], nd: int, cls: str) -> 
 
 
 def _pair(p: cmp.Pair, n: int, multi: bool) -> str:
-    out = [f"<h2>{h.esc(p.before.input)} → {h.esc(p.after.input)}</h2>" if multi else "<h2>What moved</h2>",
+    out = [f"<h2>{h.esc(p.before.label)} → {h.esc(p.after.label)}</h2>" if multi else "<h2>What moved</h2>",
            f'<div class="card"><p class="summary">{h.esc(p.summary)}</p>']
     for title, items in pair_sections(p):
         fixes = any(i.stress for i in items)
@@ -63,8 +63,8 @@ def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     heads = columns(comp)
     nd = len(comp.starts) - 1
     last = comp.primary
-    names = " → ".join(s.input for s in comp.starts)
-    short = " → ".join(PurePath(s.input).name for s in comp.starts)
+    names = " → ".join(s.label for s in comp.starts)
+    short = " → ".join(PurePath(s.label).name for s in comp.starts)
     verdict, why = gate(last)
     sev = "error" if last.gate_failed else "info"
     cmd = h.copy_block("verdict-cmd", last.command) if last.command else ""

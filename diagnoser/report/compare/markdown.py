@@ -24,7 +24,7 @@ def _table(title: str, rows: list[Row], heads: list[str], nd: int) -> list[str]:
 def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     heads = columns(comp)
     nd = len(comp.starts) - 1
-    out = [f"## vllm-doctor compare: {' → '.join(f'`{s.input}`' for s in comp.starts)}", ""]
+    out = [f"## vllm-doctor compare: {' → '.join(f'`{s.label}`' for s in comp.starts)}", ""]
     for title, rows in tables(comp):
         out.extend([*_table(title, rows, heads, nd), ""])
     out.append(f"{ESTIMATED_MARK} = not printed by that log (derived, estimated by the planner for that release, "
@@ -32,7 +32,7 @@ def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     for p in comp.pairs:
         out.append("")
         if len(comp.pairs) > 1:
-            out.append(f"### `{p.before.input}` → `{p.after.input}`")
+            out.append(f"### `{p.before.label}` → `{p.after.label}`")
             out.append("")
         out.append(f"**{p.summary}**")
         for title, items in pair_sections(p):

@@ -108,7 +108,7 @@ def gate(p: cmp.Pair) -> tuple[str, str]:
 
 def columns(comp: cmp.Comparison) -> list[str]:
     """Column headers: the input's file name and whether it started."""
-    return [f"{PurePath(s.input).name} ({'failed' if s.failed else 'started'})" for s in comp.starts]
+    return [f"{PurePath(s.label).name} ({'failed' if s.failed else 'started'})" for s in comp.starts]
 
 
 @dataclass

@@ -33,7 +33,7 @@ def _wrap(text: str, indent: str = "  ") -> list[str]:
 def render_pair(p: cmp.Pair, multi: bool) -> list[str]:
     out: list[str] = []
     if multi:
-        out.append(f"{p.before.input} → {p.after.input}")
+        out.append(f"{p.before.label} → {p.after.label}")
     out.extend(_wrap(p.summary, ""))
     for title, items in pair_sections(p):
         out.extend(["", f"{title}:"])
@@ -48,7 +48,7 @@ def render_pair(p: cmp.Pair, multi: bool) -> list[str]:
 def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     heads = columns(comp)
     nd = len(comp.starts) - 1
-    out = [f"vllm-doctor compare: {' → '.join(s.input for s in comp.starts)}", ""]
+    out = [f"vllm-doctor compare: {' → '.join(s.label for s in comp.starts)}", ""]
     for i, (title, rows) in enumerate(tables(comp)):
         out.extend([""] * (i > 0) + _table(title, rows, heads, nd))
     out.append(f"({ESTIMATED_MARK} not printed by that log: derived from its other figures, the planner's estimate "
