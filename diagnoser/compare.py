@@ -88,6 +88,11 @@ class Start:
     #: the log printed no version: `version` is a stand-in and its defaults are not evidence
     assumed_version: bool = False
 
+    @property
+    def label(self) -> str:
+        """The input as sentences and headers name it ('-' is stdin)."""
+        return "stdin" if self.input == "-" else self.input
+
     def get(self, key: str) -> float | None:
         fig = self.budget.get(key)
         return None if fig is None else fig.value
@@ -177,6 +182,7 @@ class Pair:
     kv_loss: float | None
     gate_failed: bool
     gate_reason: str | None
+    max_kv_loss: float = 0.2
 
     def as_json(self) -> dict[str, Any]:
         return {"before": self.before.input, "after": self.after.input,
@@ -494,14 +500,14 @@ def summary(before: Start, after: Start) -> str:
     tokens = f"{mem.human_tokens(tb)} → {mem.human_tokens(ta)} tokens" if tb is not None and ta is not None else ""
     tail = ""
     if after.failed:
-        tail = f"; {after.input} failed to start ({after.failure})"
+        tail = f"; {after.label} failed to start ({after.failure})"
     gb, ga = before.get("cuda_graph_gib"), after.get("cuda_graph_gib")
     if gb is not None and ga is not None and ga - gb >= 0.25 and not after.settings["cuda_graphs_in_budget"]["value"]:
         tail += (f"; CUDA graphs took {_signed(ga - gb)} more at capture, outside the budget (that much more must be "
                  "free above --gpu-memory-utilization, or the warmup runs out of memory)")
     for st in (before, after):
         if st.assumed_version:
-            tail += f"; {st.input} printed no vLLM version, so release defaults are not compared"
+            tail += f"; {st.label} printed no vLLM version, so release defaults are not compared"
     if before.model and after.model and before.model != after.model:
         tail += f" (different models: {before.model} and {after.model})"
     if kb is None or ka is None:
@@ -565,7 +571,7 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
         returns = r_seqs if r_seqs is not None else act_delta
         why = f"vLLM {rel.version_str(after.version)} runs up to {seqs_a} sequences at once " \
               f"({_why(after, 'max_num_seqs', before)}) and sizes its profiling run and sampler warmup for " \
-              f"them; {seqs_b} is what {before.input} ran"
+              f"them; {seqs_b} is what {before.label} ran"
         fixes.append(Fix("--max-num-seqs", str(seqs_b), returns, why))
     if bt_fix:
         returns = (r_both - (r_seqs or 0.0)) if r_both is not None else (0.0 if seqs_fix else act_delta)
@@ -648,9 +654,9 @@ def _gate(before: Start, after: Start, max_kv_loss: float) -> tuple[bool, str | 
     if tb and ta is not None and tb > 0:
         loss = max(0.0, 1 - ta / tb)
     if after.failed:
-        return True, f"{after.input} failed to start ({after.failure})", loss
+        return True, f"{after.label} failed to start ({after.failure})", loss
     if loss is not None and loss > max_kv_loss:
-        return True, f"{after.input} lost {loss:.0%} of the KV tokens (more than --max-kv-loss {max_kv_loss:.0%})", loss
+        return True, f"{after.label} lost {loss:.0%} of the KV tokens (more than --max-kv-loss {max_kv_loss:.0%})", loss
     return False, None, loss
 
 
@@ -662,7 +668,8 @@ def pair(before: Start, after: Start, max_kv_loss: float = 0.2) -> Pair:
     if fixes and after.context is not None:
         command = build_command(after.context, [{"flag": f.flag, "value": f.value} for f in fixes])[0]
     failed, reason, loss = _gate(before, after, max_kv_loss)
-    return Pair(before, after, changes, summary(before, after), fixes, alts, command, loss, failed, reason)
+    return Pair(before, after, changes, summary(before, after), fixes, alts, command, loss, failed, reason,
+                max_kv_loss)
 
 
 def compare_reports(reports: list[Report], max_kv_loss: float = 0.2, gpu_total_gib: float | None = None,

@@ -4,6 +4,7 @@ story end to end (the fixed flags make the planner predict a start); formats and
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -117,11 +118,53 @@ def test_markdown_tables() -> None:
     assert "```bash\nvllm serve meta-llama/Llama-3.1-8B-Instruct" in out
 
 
+def _gpu_row(fmt: str, out: str) -> list[str]:
+    """The GPU row's cells as each format prints them."""
+    if fmt == "text":
+        line = next(ln for ln in out.splitlines() if ln.startswith("  GPU  "))
+        return [c.strip() for c in line.split("  ") if c.strip()][1:]
+    if fmt == "markdown":
+        return next(ln for ln in out.splitlines() if ln.startswith("| GPU |")).strip("|").split(" | ")[1:]
+    row = re.search(r"<tr><th>GPU</th>(.*?)</tr>", out).group(1)
+    return re.findall(r"<td>(.*?)</td>", row)
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_gpu_row_in_every_format(fmt: str) -> None:
+    """Each start's GPU, its name and total: printed (not named by these logs), from --gpu, or told apart."""
+    before, after = _paths(PAIRS[0])
+    out = doctor("compare", "--format", fmt, before, after).stdout.decode()
+    assert [c.strip() for c in _gpu_row(fmt, out)][:2] == [
+        "22.05 GiB (name not in the log)", "22.05 GiB~ (name not in the log)"]   # the failed start's is the other's
+    out = doctor("compare", "--format", fmt, "--gpu", "L4", before, after).stdout.decode()
+    assert [c.strip() for c in _gpu_row(fmt, out)][:2] == ["L4 (--gpu), 22.05 GiB", "L4 (--gpu), 22.05 GiB~"]
+    series = [*_paths(PAIRS[1]), _paths(next(c for c in PAIRS if c["dir"].startswith("healthy")))[1]]
+    out = doctor("compare", "--format", fmt, *series).stdout.decode()
+    cells = [c.strip() for c in _gpu_row(fmt, out)]
+    assert cells == ["23.65 GiB (name not in the log)", "23.65 GiB~ (name not in the log)",
+                     "79.19 GiB (name not in the log)", *([] if fmt == "text" else [""]), "changed"]
+
+
+def test_gpu_row_names_the_gpu_the_log_printed() -> None:
+    from diagnoser.report.compare.rows import settings_rows
+
+    before, after = _paths(PAIRS[0])
+    with open(before, "rb") as fb, open(after, "rb") as fa:
+        reports = [diagnose(fb, "before.log"), diagnose(fa, "after.log")]
+    reports[1].context.gpu_name = "NVIDIA L4"
+    row = next(r for r in settings_rows(cmp.compare_reports(reports)) if r.label == "GPU")
+    assert row.cells == ["22.05 GiB (name not in the log)", "NVIDIA L4, 22.05 GiB~"] and row.deltas == ["changed"]
+
+
 def test_max_kv_loss_gate() -> None:
     case = next(c for c in PAIRS if c["dir"].startswith("cuda-graphs"))
     data, code = _json(case, "--max-kv-loss", "0.1")     # 19% lost: passes at 20%, fails at 10%
     assert code == 1 and "lost 19% of the KV tokens" in data["gate"]["reason"]
     assert _json(case)[1] == 0
+    before, after = _paths(case)
+    for fmt, verdict in (("text", "pass"), ("markdown", "**pass**"), ("html", "pass")):
+        out = doctor("compare", "--format", fmt, before, after).stdout.decode()
+        assert f"Upgrade gate: {verdict} (19% of the KV tokens lost, within --max-kv-loss 20%)." in out, fmt
 
 
 def test_series_each_against_the_first() -> None:
@@ -138,6 +181,9 @@ def test_stdin_as_one_log() -> None:
     with open(after, "rb") as fh:
         run = doctor("compare", "--format", "json", before, "-", stdin=fh.read())
     assert run.returncode == 1 and json.loads(run.stdout)["logs"][1]["input"] == "-"
+    with open(after, "rb") as fh:
+        out = doctor("compare", before, "-", stdin=fh.read()).stdout.decode()
+    assert " stdin (started)" in out.splitlines()[2] and "Upgrade gate: FAIL: stdin lost 71%" in out
 
 
 @pytest.mark.parametrize("args, message", [

@@ -183,6 +183,8 @@ def test_compare_page_in_chromium_shows_both_budgets_on_one_scale():
     assert _row(changes, "KV cache tokens")[1:] == ["24,080", "327", "-23,753"]
     assert _row(changes, "activation peak")[1:] == ["1.79 GiB", "4.72 GiB~", "+2.93 GiB"]
     assert _row(got["tables"]["settings"], "max_num_seqs")[1:] == ["256 (default)", "1024 (default)", "changed"]
+    assert _row(got["tables"]["settings"], "GPU")[1:] == ["22.05 GiB (name not in the log)",
+                                                          "22.05 GiB~ (name not in the log)", ""]
     text = got["text"]
     assert "Upgrade gate: FAIL" in text
     assert "Activations +2.93 GiB took 2.90 GiB from the KV cache: 24,080 → 327 tokens" in text

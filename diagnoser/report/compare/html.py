@@ -12,7 +12,7 @@ from typing import Any
 
 from ... import compare as cmp
 from .. import html as h
-from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, fix_parts, plain, settings_rows
+from .rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
 
 #: the compare budget's fields drawn as segments, with the serving report's labels and colours
 SEGMENTS = tuple((key, label, colour) for key, (_, label, colour) in
@@ -44,27 +44,15 @@ def _table(title: str, rows: list[Row], heads: list[str], nd: int, cls: str) -> 
                   numeric=cls == "changes")
 
 
-def _fixes(fixes: list[cmp.Fix]) -> str:
-    items = []
-    for f in fixes:
-        flag, gives, reason = fix_parts(f)
-        items.append(f'<li><code>{h.esc(flag)}</code>: <b class="returns">{h.esc(gives)}</b>. '
-                     f'{h.esc(capital(reason))}.</li>')
-    return "<ul class=\"fixes\">" + "".join(items) + "</ul>"
-
-
 def _pair(p: cmp.Pair, n: int, multi: bool) -> str:
-    out = [f"<h2>{h.esc(p.before.input)} → {h.esc(p.after.input)}</h2>" if multi else "<h2>What moved</h2>",
+    out = [f"<h2>{h.esc(p.before.label)} → {h.esc(p.after.label)}</h2>" if multi else "<h2>What moved</h2>",
            f'<div class="card"><p class="summary">{h.esc(p.summary)}</p>']
-    changed = [c for c in p.changes if c.why]
-    if changed:
-        out.append("<h3>Settings that changed</h3><ul>" + "".join(
-            f"<li><code>{h.esc(c.name)}</code>: {h.esc(plain(c.before))} → {h.esc(plain(c.after))} "
-            f"({h.esc(c.why)})</li>" for c in changed) + "</ul>")
-    if p.fixes:
-        out.append(f"<h3>Fix, computed for vLLM {h.esc('.'.join(map(str, p.after.version)))}</h3>{_fixes(p.fixes)}")
-    if p.alternatives:
-        out.append(f"<h3>Other ways, with their cost</h3>{_fixes(p.alternatives)}")
+    for title, items in pair_sections(p):
+        fixes = any(i.stress for i in items)
+        out.append(f"<h3>{h.esc(title)}</h3>" + ('<ul class="fixes">' if fixes else "<ul>") + "".join(
+            f"<li><code>{h.esc(i.code)}</code>: "
+            + (f'<b class="returns">{h.esc(i.stress)}</b>' if i.stress else "") + f"{h.esc(i.rest)}</li>"
+            for i in items) + "</ul>")
     if p.command:
         out.append("<h3>Corrected command</h3>" + h.copy_block(f"cmd-{n}", p.command))
     out.append("</div>")
@@ -75,13 +63,9 @@ def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     heads = columns(comp)
     nd = len(comp.starts) - 1
     last = comp.primary
-    names = " → ".join(s.input for s in comp.starts)
-    short = " → ".join(PurePath(s.input).name for s in comp.starts)
-    if last.gate_failed:
-        gate = f"Upgrade gate: FAIL: {last.gate_reason}."
-    else:
-        loss = f"{last.kv_loss:.0%} of the KV tokens lost" if last.kv_loss is not None else "KV loss unknown"
-        gate = f"Upgrade gate: pass ({loss})."
+    names = " → ".join(s.label for s in comp.starts)
+    short = " → ".join(PurePath(s.label).name for s in comp.starts)
+    verdict, why = gate(last)
     sev = "error" if last.gate_failed else "info"
     cmd = h.copy_block("verdict-cmd", last.command) if last.command else ""
     full = _scale(comp)
@@ -90,15 +74,14 @@ def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
                    for bar, head in zip(drawn, heads, strict=True))
     body = [f"<h1>vllm-doctor compare: {h.esc(short)}</h1>", f'<p class="muted">{h.esc(names)}</p>',
             f'<section class="card verdict {sev}" id="verdict">{h.sev_badge("fail" if last.gate_failed else "pass")}'
-            f'<h2 style="border:0;margin:.2em 0" class="gate">{h.esc(gate)}</h2>'
+            f'<h2 style="border:0;margin:.2em 0" class="gate">{h.esc(f"Upgrade gate: {verdict}{why}")}</h2>'
             f'<p class="summary">{h.esc(last.summary)}</p>{cmd}</section>',
             f'<h2>Start-up memory, on one scale ({full:.1f} GiB)</h2><div class="card bars">{bars}</div>'
             if any(drawn) else "",
-            f'<h2>Start-up budget, per GPU</h2><div class="card wrap">'
-            f'{_table("figure", budget_rows(comp), heads, nd, "changes")}</div>',
-            f'<h2>Effective settings</h2><div class="card wrap">'
-            f'{_table("setting", settings_rows(comp), heads, nd, "settings")}</div>'
-            f'<p class="muted">{ESTIMATED_MARK} = not printed by that log (derived from its other figures, the '
+            "\n".join(f'<h2>{h.esc(title)}</h2><div class="card wrap">{_table(head, rows, heads, nd, cls)}</div>'
+                      for (title, rows), head, cls in zip(tables(comp), ("figure", "setting"),
+                                                          ("changes", "settings"), strict=True))
+            + f'<p class="muted">{ESTIMATED_MARK} = not printed by that log (derived from its other figures, the '
             "planner's estimate for that release, or the other log's GPU); paler bar segments are such figures.</p>"]
     body.extend(_pair(p, i, len(comp.pairs) > 1) for i, p in enumerate(comp.pairs))
     return h.page(f"compare {short}", "\n".join(body))

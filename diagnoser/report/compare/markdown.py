@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import compare as cmp
-from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, fix_parts, plain, settings_rows
+from .rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
 
 
 def _cell(text: str) -> str:
@@ -21,50 +21,25 @@ def _table(title: str, rows: list[Row], heads: list[str], nd: int) -> list[str]:
     return out
 
 
-def _fixes(fixes: list[cmp.Fix]) -> list[str]:
-    out = []
-    for f in fixes:
-        flag, gives, reason = fix_parts(f)
-        out.append(f"- `{flag}`: {gives}. {capital(reason)}.")
-    return out
-
-
 def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     heads = columns(comp)
     nd = len(comp.starts) - 1
-    out = [f"## vllm-doctor compare: {' → '.join(f'`{s.input}`' for s in comp.starts)}", ""]
-    out.extend(_table("Start-up budget, per GPU", budget_rows(comp), heads, nd))
-    out.append("")
-    out.extend(_table("Effective settings", settings_rows(comp), heads, nd))
-    out.append("")
+    out = [f"## vllm-doctor compare: {' → '.join(f'`{s.label}`' for s in comp.starts)}", ""]
+    for title, rows in tables(comp):
+        out.extend([*_table(title, rows, heads, nd), ""])
     out.append(f"{ESTIMATED_MARK} = not printed by that log (derived, estimated by the planner for that release, "
                "or the other log's GPU).")
     for p in comp.pairs:
         out.append("")
         if len(comp.pairs) > 1:
-            out.append(f"### `{p.before.input}` → `{p.after.input}`")
+            out.append(f"### `{p.before.label}` → `{p.after.label}`")
             out.append("")
         out.append(f"**{p.summary}**")
-        changed = [c for c in p.changes if c.why]
-        if changed:
-            out.append("")
-            out.append("Settings that changed:")
-            out.append("")
-            out.extend(f"- `{c.name}`: {plain(c.before)} → {plain(c.after)} ({c.why})" for c in changed)
-        if p.fixes:
-            out.append("")
-            out.append("Fix, computed:")
-            out.append("")
-            out.extend(_fixes(p.fixes))
-        if p.alternatives:
-            out.append("")
-            out.append("Other ways, with their cost:")
-            out.append("")
-            out.extend(_fixes(p.alternatives))
+        for title, items in pair_sections(p):
+            out.extend(["", f"{title}:", ""])
+            out.extend(f"- `{i.code}`: {i.stress}{i.rest}" for i in items)
         if p.command:
             out.extend(["", "```bash", p.command, "```"])
-    last = comp.primary
-    out.append("")
-    out.append(f"Upgrade gate: **{'FAIL' if last.gate_failed else 'pass'}**"
-               + (f": {last.gate_reason}." if last.gate_reason else "."))
+    verdict, why = gate(comp.primary)
+    out.extend(["", f"Upgrade gate: **{verdict}**{why}"])
     return "\n".join(out) + "\n"

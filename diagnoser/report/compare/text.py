@@ -6,7 +6,7 @@ import textwrap
 from typing import Any
 
 from ... import compare as cmp
-from .rows import ESTIMATED_MARK, Row, budget_rows, capital, columns, fix_parts, plain, settings_rows
+from .rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
 
 WIDTH = 110
 
@@ -30,34 +30,15 @@ def _wrap(text: str, indent: str = "  ") -> list[str]:
                          break_on_hyphens=False) or [indent]
 
 
-def _fix_lines(fixes: list[cmp.Fix]) -> list[str]:
-    out = []
-    for f in fixes:
-        flag, gives, reason = fix_parts(f)
-        out.extend(_wrap(f"{flag}: {gives}. {capital(reason)}.", "  - "))
-    return out
-
-
 def render_pair(p: cmp.Pair, multi: bool) -> list[str]:
     out: list[str] = []
     if multi:
-        out.append(f"{p.before.input} → {p.after.input}")
+        out.append(f"{p.before.label} → {p.after.label}")
     out.extend(_wrap(p.summary, ""))
-    changed = [c for c in p.changes if c.why]
-    if changed:
-        out.append("")
-        out.append("Settings that changed:")
-        for c in changed:
-            out.append(f"  - {c.name}: {plain(c.before)} → {plain(c.after)} ({c.why})")
-    if p.fixes:
-        out.append("")
-        out.append(f"Fix, computed for vLLM {'.'.join(map(str, p.after.version))} "
-                   "(the flags that give the KV cache back):")
-        out.extend(_fix_lines(p.fixes))
-    if p.alternatives:
-        out.append("")
-        out.append("Other ways, with their cost:")
-        out.extend(_fix_lines(p.alternatives))
+    for title, items in pair_sections(p):
+        out.extend(["", f"{title}:"])
+        for i in items:
+            out.extend(_wrap(f"{i.code}: {i.stress}{i.rest}", "  - "))
     if p.command:
         out.append("")
         out.append(f"  run: {p.command}")
@@ -67,20 +48,14 @@ def render_pair(p: cmp.Pair, multi: bool) -> list[str]:
 def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     heads = columns(comp)
     nd = len(comp.starts) - 1
-    out = [f"vllm-doctor compare: {' → '.join(s.input for s in comp.starts)}", ""]
-    out.extend(_table("Start-up budget, per GPU", budget_rows(comp), heads, nd))
-    out.append("")
-    out.extend(_table("Effective settings", settings_rows(comp), heads, nd))
+    out = [f"vllm-doctor compare: {' → '.join(s.label for s in comp.starts)}", ""]
+    for i, (title, rows) in enumerate(tables(comp)):
+        out.extend([""] * (i > 0) + _table(title, rows, heads, nd))
     out.append(f"({ESTIMATED_MARK} not printed by that log: derived from its other figures, the planner's estimate "
                "for that release, or the other log's GPU)")
     for p in comp.pairs:
         out.append("")
         out.extend(render_pair(p, len(comp.pairs) > 1))
-    last = comp.primary
-    out.append("")
-    if last.gate_failed:
-        out.append(f"Upgrade gate: FAIL: {last.gate_reason}.")
-    else:
-        loss = f"{last.kv_loss:.0%} of the KV tokens lost" if last.kv_loss is not None else "KV loss unknown"
-        out.append(f"Upgrade gate: pass ({loss}).")
+    verdict, why = gate(comp.primary)
+    out.extend(["", f"Upgrade gate: {verdict}{why}"])
     return "\n".join(out) + "\n"
