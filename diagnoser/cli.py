@@ -13,7 +13,6 @@ import contextlib
 import functools
 import os
 import sys
-import textwrap
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -444,6 +443,8 @@ def explain_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     click.echo(f"{rule.id}  ({rule.severity}, stage: {rule.stage or 'from the log'})")
     click.echo(rule.title)
     click.echo("")
+    import textwrap  # only `rules explain` needs it
+
     click.echo(textwrap.dedent(rule.explanation).strip())
     phrases = [p.phrase for p in rule.patterns if p.phrase]
     if phrases:

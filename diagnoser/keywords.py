@@ -14,10 +14,13 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-#: hyperscan (when installed) searches texts this long, and every text after this many: compiling its database
-#: takes tens of milliseconds, a pasted fragment is done sooner with the regex
+#: hyperscan (when installed, else the trie regex) searches texts this long, and every text after this many:
+#: compiling either takes tens of milliseconds, a pasted fragment is done sooner keyword by keyword
 LONG_TEXT = 4096
 HS_AFTER = 300
+#: BlockPattern leaves shorter ranges to the regex (about 1.5 ms for 64 KiB of the worst pattern, no match;
+#: compiling its database takes 1-5 ms)
+SMALL_BLOCK = 1 << 16
 
 
 class KeywordIndex:
@@ -40,7 +43,11 @@ class KeywordIndex:
     def present(self, low: str) -> list[str]:
         """The keywords that occur in `low` (lower-cased text), in index order."""
         self._calls += 1
-        db = self._db() if self._calls > HS_AFTER or len(low) >= LONG_TEXT else None
+        if self._calls <= HS_AFTER and len(low) < LONG_TEXT:
+            # a small input: building the trie regex (tens of ms) or loading the database costs more than
+            # testing each keyword on its few hundred lines
+            return [w for w in self.words if w in low]
+        db = self._db()
         if db is not None:
             found: set[int] = set()
             db.scan(low.encode("utf-8", "surrogatepass"), match_event_handler=lambda i, _s, _e, _f, _c: found.add(i))
@@ -173,7 +180,8 @@ class BlockPattern:
 
     With the `fast` extra, hyperscan finds where matches end (one SIMD pass) and the regex reads each from at
     most `reach` bytes before its end; else the regex scans the range itself. Both give the same matches
-    for a pattern of bounded length (at most `reach`) whose matches cannot overlap.
+    for a pattern of bounded length (at most `reach`) whose matches cannot overlap. A range shorter than
+    SMALL_BLOCK is always left to the regex: it scans one sooner than hyperscan compiles the pattern.
     """
 
     def __init__(self, pattern: re.Pattern[bytes], reach: int) -> None:
@@ -184,7 +192,7 @@ class BlockPattern:
 
     def finditer(self, block: bytes, start: int = 0, end: int | None = None) -> Iterator[re.Match[bytes]]:
         end = len(block) if end is None else end
-        db = self._db()
+        db = self._db() if end - start >= SMALL_BLOCK else None
         if db is None:
             yield from self.pattern.finditer(block, start, end)
             return
@@ -204,7 +212,7 @@ class BlockPattern:
 
     def search(self, block: bytes) -> bool:
         """Whether the pattern occurs in the block at all."""
-        db = self._db()
+        db = self._db() if len(block) >= SMALL_BLOCK else None
         if db is None:
             return self.pattern.search(block) is not None
         found: list[int] = []

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from rapidfuzz.distance import OSA
 
 from .keywords import LONG_TEXT, KeywordIndex
+from .lazyregex import lazy
 
 MARK = "«redacted:{kind}»"
 MARK_START = "«redacted:"
@@ -60,7 +61,7 @@ KEYED = re.compile(
     r"(?P<val>\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;)}\]'\"]+)"
 )
 #: `--api-key VALUE`, `--api-key=VALUE`, `--hf-token 'VALUE'`; any flag name: secret_flag() decides.
-FLAG = re.compile(
+FLAG = lazy(
     r"(?<![\w-])--(?P<key>[A-Za-z][\w-]{1,40})(?:=|\s+)"
     r"(?P<val>'[^']*'|\"[^\"]*\"|[^\s'\"]+)"
 )
@@ -69,22 +70,22 @@ SECRET_WORDS = ("token", "password", "passwd", "secret", "apikey", "hftoken", "c
 EXACT_SECRET_FLAGS = {"api-key", "hf-token", "token", "password", "secret", "access-token", "key", "api-token",
                       "auth-token", "secret-key", "access-key", "passwd", "pwd"}
 #: `Authorization: Bearer X`, `'Authorization': 'Basic X'`, `authorization=X`.
-AUTH_HEADER = re.compile(
+AUTH_HEADER = lazy(
     r"(?i)(?<![\w-])(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?P<scheme>(?:bearer|basic|token)\s+)?"
     r"(?P<val>[^\s'\",;)}\]]+)"
 )
 #: A lone `Bearer X` with a token-shaped X (has a digit, 8+ characters): not "Bearer authentication".
-BEARER = re.compile(r"(?i)(?<![\w-])bearer\s+(?P<val>(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,})")
+BEARER = lazy(r"(?i)(?<![\w-])bearer\s+(?P<val>(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,})")
 #: `x-api-key: X` and `api-key: X` headers.
-HEADER_KEY = re.compile(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*:\s*['\"]?(?P<val>[^\s'\",;)}\]]+)")
+HEADER_KEY = lazy(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*:\s*['\"]?(?P<val>[^\s'\",;)}\]]+)")
 #: The password of `scheme://user:password@host` (user may be empty: `redis://:pw@host`); the password
 #: runs to the last `@` before the host, so one holding `/` or `@` is taken whole.
 URL_PASSWORD = re.compile(
     r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"«»]*:(?P<val>[^\s'\"«»]+)@(?=[^\s@/'\"«»]+(?:[/?#:\s'\",;)\]]|$))"
 )
 #: `Cookie: a=1; b=2` and `Set-Cookie: session=...; Path=/`: the values (attributes stay).
-COOKIE = re.compile(r"(?i)(?<![\w-])(?:set-)?cookie['\"]?\s*[:=]\s*['\"]?(?P<val>[^\r\n'\"]+)")
-_COOKIE_PAIR = re.compile(r"(?P<name>[^=;,\s]+)=(?P<val>[^;,\s]*)")
+COOKIE = lazy(r"(?i)(?<![\w-])(?:set-)?cookie['\"]?\s*[:=]\s*['\"]?(?P<val>[^\r\n'\"]+)")
+_COOKIE_PAIR = lazy(r"(?P<name>[^=;,\s]+)=(?P<val>[^;,\s]*)")
 _COOKIE_ATTRS = {"path", "domain", "expires", "max-age", "samesite", "secure", "httponly", "priority", "version"}
 #: A value after the words token / secret / key / password: redacted when it looks random (entropy).
 ENTROPY = re.compile(
@@ -92,14 +93,14 @@ ENTROPY = re.compile(
     r"(?P<val>[A-Za-z0-9+/_.~=-]{16,})"
 )
 #: A token-shaped fragment at the end of a line, and the start of the next: a hard wrap cut a secret.
-_PARTIAL_AT_END = re.compile(
+_PARTIAL_AT_END = lazy(
     r"(?<![\w-])(?P<val>(?:hf_|api_org_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AIza|nvapi-|eyJ)[A-Za-z0-9_.-]*)$"
 )
-_CONTINUATION = re.compile(r"^(?P<val>[A-Za-z0-9_.+/=-]+)(?=[\s'\",;)\]}]|$)")
+_CONTINUATION = lazy(r"^(?P<val>[A-Za-z0-9_.+/=-]+)(?=[\s'\",;)\]}]|$)")
 #: Tokens whose issuer's prefix says what they are, so they need no key around them: (kind, what a line
 #: must hold (lower case) before the pattern runs, the pattern).
 ISSUED_TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = tuple(
-    (kind, hints, re.compile(source)) for kind, hints, source in (
+    (kind, hints, lazy(source)) for kind, hints, source in (
         ("hf_token", ("hf_", "api_org_"), r"(?<![A-Za-z0-9_])(?P<val>(?:hf|api_org)_[A-Za-z0-9]{20,})\b"),
         ("api_key", ("sk-",),
          r"(?<![\w-])(?P<val>sk-(?:proj-|svcacct-|admin-|ant-(?:api\d\d-)?)?(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,})"),
@@ -333,9 +334,9 @@ class Redactor:
         return sum(self.counts.values())
 
 
-_QUOTED = re.compile(r"(['\"])(.*?)\1")
-_ENDS_IN_MARK = re.compile(r"«redacted:(?P<kind>\w+)»$")
-_HEADER_WORD = re.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|Traceback|File)$")
+_QUOTED = lazy(r"(['\"])(.*?)\1")
+_ENDS_IN_MARK = lazy(r"«redacted:(?P<kind>\w+)»$")
+_HEADER_WORD = lazy(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|Traceback|File)$")
 _PARTIAL_HINTS = ("hf_", "api_org_", "sk-", "gh", "github_pat_", "xox", "aiza", "nvapi-", "eyj")
 _FLAG_HINTS = ("--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--access", "--key", "--auth", "--cred")
 #: Lower-case substrings a line must hold for KEYED to have a chance.

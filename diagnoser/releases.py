@@ -13,10 +13,11 @@ from typing import Any
 
 from . import datafiles
 from .errors import UsageError
+from .lazyregex import lazy
 
 Version = tuple[int, int, int]
 
-_VERSION = re.compile(r"v?\d+(?:\.\d+){0,3}(?:[.\-]?(?:post|rc|dev|a|b)\d*)?(?:\+[\w.]+)?")
+_VERSION = lazy(r"v?\d+(?:\.\d+){0,3}(?:[.\-]?(?:post|rc|dev|a|b)\d*)?(?:\+[\w.]+)?")
 
 
 def parse_version(version: str | tuple[int, ...] | None) -> Version:

@@ -20,6 +20,7 @@ import regex
 
 from . import datafiles
 from .errors import InputError, LimitError
+from .lazyregex import LazyRegex
 from .regexcheck import catastrophic
 from .series import SERIES_FACTS
 from .stages import STAGES
@@ -644,32 +645,6 @@ def _code_fingerprint() -> list[bytes]:
     """The code that validates rules and names what templates may use: a change to it revalidates."""
     here = Path(__file__).resolve().parent
     return [p.read_bytes() for p in sorted(here.glob("*.py"))]
-
-
-class LazyRegex:
-    """A regex compiled on first use: most patterns of a cached rule never see a candidate line."""
-
-    __slots__ = ("pattern", "flags", "_compiled")
-
-    def __init__(self, pattern: str, flags: int) -> None:
-        self.pattern, self.flags = pattern, flags
-        self._compiled: regex.Pattern[str] | None = None
-
-    @property
-    def compiled(self) -> regex.Pattern[str]:
-        if self._compiled is None:
-            self._compiled = regex.compile(self.pattern, self.flags)
-        return self._compiled
-
-    def __getattr__(self, name: str) -> Any:  # search, match, finditer, groupindex, ...
-        return getattr(self.compiled, name)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, (LazyRegex, regex.Pattern)) and (other.pattern, other.flags) == (
-            self.pattern, self.flags)
-
-    def __hash__(self) -> int:
-        return hash((self.pattern, self.flags))
 
 
 #: The only classes a cached rule may name (decoding never instantiates anything else).

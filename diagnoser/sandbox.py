@@ -18,7 +18,6 @@ SecurityError: the advice says it could not be computed, and the tool goes on.
 
 from __future__ import annotations
 
-import difflib
 import operator
 import re
 import time
@@ -243,6 +242,8 @@ def check_template(ast: nodes.Template) -> str | None:
         if isinstance(target, nodes.Name) and target.name in NAMESPACES:
             allowed = NAMESPACES[target.name][1]
             if attr not in allowed:
+                import difflib  # a rule author's mistake: not on a diagnosis's way
+
                 close = difflib.get_close_matches(attr, allowed, n=3) if isinstance(attr, str) else []
                 hint = f" (did you mean {', '.join(close)}?)" if close else ""
                 return (f"{target.name}.{attr if isinstance(attr, str) else '[...]'} is not available to rules"

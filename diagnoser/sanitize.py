@@ -28,6 +28,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .lazyregex import lazy
+
 #: C0 (but tab and newline), DEL, C1, the bidi embeddings/overrides/isolates and marks, line and
 #: paragraph separators, and the BOM / zero-width no-break space.
 _UNSAFE = ([c for c in range(0x20) if c not in (0x09, 0x0A)] + list(range(0x7F, 0xA0))
@@ -37,8 +39,8 @@ _TABLE = {c: f"\\u{c:04x}" for c in _UNSAFE}
 _TABLE_ONE_LINE = {**_TABLE, 0x0A: "\\n"}
 _UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "]")
 #: Our own colour codes (`--color`): the only escape sequences an output may carry.
-_SGR = re.compile(r"\x1b\[[0-9;]*m")
-_COMMAND_LINE = re.compile(r"^([ \t]*):(?=:)", re.MULTILINE)
+_SGR = lazy(r"\x1b\[[0-9;]*m")
+_COMMAND_LINE = lazy(r"^([ \t]*):(?=:)", re.MULTILINE)
 
 #: Fields whose text is several lines by design (advice paragraphs, a rule's explanation).
 MULTILINE_FIELDS = frozenset({"advice", "explanation", "reason", "text_block", "notes"})

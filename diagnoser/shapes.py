@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from .keywords import BlockPattern
+from .lazyregex import lazy
 
 #: A line that may be a JSON record, after the text prefixes a shipper may put before it (kubectl's
 #: `[pod/name/container] `, a docker/kubectl RFC 3339 timestamp, a CRI `stdout F ` tag).
@@ -40,7 +41,7 @@ LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL", "ERR": "ERROR", "CRIT": "
                "ALERT": "CRITICAL", "NOTICE": "INFO", "INFORMATION": "INFO", "TRACE": "DEBUG"}
 VLLM_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: asctime as Python's logging prints it by default (2025-01-21 14:04:41,123), ISO, or vLLM's datefmt.
-_ASCTIME = re.compile(r"(?:\d{4}-)?(\d\d)-(\d\d)[T ](\d\d:\d\d:\d\d)")
+_ASCTIME = lazy(r"(?:\d{4}-)?(\d\d)-(\d\d)[T ](\d\d:\d\d:\d\d)")
 
 
 class Decoder:

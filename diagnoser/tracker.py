@@ -19,6 +19,7 @@ from typing import Any
 
 from . import datafiles, serve_args
 from .keywords import KeywordIndex
+from .lazyregex import lazy
 from .reader import Line
 from .releases import default, engine_for, parse_version
 from .stages import coarse, order
@@ -130,9 +131,9 @@ EXCEPTION = re.compile(
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
 TRACEBACK_START = "Traceback (most recent call last)"
 STATS = {
-    "running": re.compile(r"Running: (\d+) reqs"),
-    "waiting": re.compile(r"(?:Waiting|Pending): (\d+) reqs"),
-    "kv_pct": re.compile(r"KV cache usage: ([\d.]+)%"),
+    "running": lazy(r"Running: (\d+) reqs"),
+    "waiting": lazy(r"(?:Waiting|Pending): (\d+) reqs"),
+    "kv_pct": lazy(r"KV cache usage: ([\d.]+)%"),
 }
 
 

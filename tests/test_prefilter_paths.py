@@ -143,3 +143,36 @@ def test_folded_aggregate_hits_give_the_finding_the_whole_group_gives(monkeypatc
     assert len(kept) == 300
     assert figures(folded) == figures(whole)
     assert folded.findings[0].facts["preemptions"] == 300 and folded.findings[0].occurrences == 300
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_keyword_index_finds_the_same_keywords_keyword_by_keyword_and_by_engine(pure, monkeypatch):
+    """A small input's first lines are tested keyword by keyword; later lines by hyperscan or the trie regex."""
+    from diagnoser import keywords
+
+    if pure:
+        monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
+    rules = builtin_rules()
+    lists = [[k.decode() if isinstance(k, bytes) else k for k in p.keywords] for r in rules for p in r.patterns]
+    texts = [t.lower() for t in _block(3).decode().splitlines() if t] * 3
+    small, engine = keywords.KeywordIndex(lists), keywords.KeywordIndex(lists)
+    monkeypatch.setattr(keywords, "HS_AFTER", len(texts))
+    got = [small.present(t) for t in texts]
+    assert small._search is None and small._hs is None  # neither engine was built
+    monkeypatch.setattr(keywords, "HS_AFTER", 0)
+    assert got == [engine.present(t) for t in texts] and sum(map(len, got)) > 10
+    assert (engine._search is not None) == pure
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_block_pattern_finds_the_same_matches_in_short_and_long_ranges(seed, monkeypatch):
+    pytest.importorskip("hyperscan")
+    from diagnoser import keywords
+    from diagnoser.series import BLOCK_ERROR
+
+    block = _block(seed).replace(b'" 200 OK', b'" 503 Service Unavailable', 3)
+    short = [m.span() for m in BLOCK_ERROR.finditer(block)]
+    monkeypatch.setattr(keywords, "SMALL_BLOCK", 0)
+    long = keywords.BlockPattern(BLOCK_ERROR.pattern, BLOCK_ERROR.reach)
+    assert [m.span() for m in long.finditer(block)] == short and len(short) == 3
+    assert long._hs is not None and long.search(block)

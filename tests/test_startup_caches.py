@@ -282,3 +282,28 @@ def test_cold_warm_and_uncached_runs_say_the_same(tmp_path, args):
     assert cold.stdout and cold.returncode in (0, 1)
     for other in (warm, uncached, unwritable):
         assert (other.returncode, other.stdout, other.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+
+
+# --- lazily compiled regexes -----------------------------------------------------------------------------------
+
+def test_a_lazy_regex_compiles_on_first_use_and_behaves_as_the_compiled_one():
+    import copy
+    import pickle
+    import re
+
+    from diagnoser import redact
+    from diagnoser.lazyregex import lazy
+
+    pat = lazy(r"(?P<n>\d+) reqs", re.IGNORECASE)
+    assert pat._compiled is None  # nothing compiled at import or construction
+    copied = copy.deepcopy(pat)
+    assert pat._compiled is None and isinstance(copied, type(pat)) and copied == pat
+    text = "Running: 12 REQS, Waiting: 3 reqs"
+    plain = re.compile(r"(?P<n>\d+) reqs", re.IGNORECASE)
+    assert [m.group("n") for m in pat.finditer(text)] == [m.group("n") for m in plain.finditer(text)] == ["12", "3"]
+    assert pat._compiled is not None and pat.sub("x", text) == plain.sub("x", text)
+    assert pat.pattern == plain.pattern and pat.groupindex == plain.groupindex
+    again = pickle.loads(pickle.dumps(pat))
+    assert again == pat and again.search(text).group("n") == "12"
+    # a module's lazy pattern still redacts what it did
+    assert "hunter2secret" not in redact.Redactor()("curl -H 'Authorization: Bearer hunter2secret9' x")
