@@ -452,6 +452,10 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     whole raw lines before its lines are yielded (what is counted rather than read: access lines); `gaps` (None:
     all of it) are the ranges outside request-logger lines, `index` (or None) counts its newlines, `line_map`
     (or None), when a shipper's records were decoded, gives the physical line of each of the block's lines.
+
+    One loop on purpose (about 80 lines): it is the hot path, and its three block paths (fast search, paste
+    start, no prefilter) share the carried partial line, the line count and the follow window, which helpers
+    would hand back and forth for every block.
     """
     st = stats if stats is not None else ReadStats()
     shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
