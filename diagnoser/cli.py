@@ -275,28 +275,8 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
             stream.redact = None if no_redact or stream is sys.stdout else stream.redact
             stream.allow_commands = fmt == "github" and stream is sys.stdout
     if tee or follow or until or timeout is not None or command:
-        from .live import LiveOptions, run_live
-
-        if len(files) > 1 or (files and (follow or command)):
-            raise click.UsageError("live modes read one input: a FILE, --follow FILE, stdin or `run -- CMD`")
-        if follow:
-            _refuse_compressed(follow, "--follow")
-        elif files and files[0] != "-":
-            _refuse_compressed(files[0], "--tee/--until/--timeout")
-        opts = LiveOptions(until=until, timeout=timeout, tee=tee, fmt="jsonl" if fmt == "jsonl" else "text",
-                           update_every=update_every, fail_on=fail_on)
-        out_opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
-        if color is not None:
-            out_opts["color"] = color
-        elif output or tee:
-            out_opts["color"] = False
-
-        def render(report: Report) -> str:
-            return renderer(pick_format(fmt))([report], out_opts)
-
-        return run_live(opts, rules, render, files[0] if files else "-", follow=follow, command=command,
-                        redact=not no_redact, output=output, kill_on_failure=kill_on_failure,
-                        exit_code=lambda r: exit_code([r], fail_on, exit_zero), tee=copy)
+        return _run_live(files, fmt, fail_on, exit_zero, rules, no_redact, color, config_file, output, tee, follow,
+                         until, timeout, update_every, command, kill_on_failure, copy)
     reports = []
     errors: list[str] = []
     for name, stream in _open_inputs(files, errors):
@@ -332,6 +312,35 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
         if not message.startswith("no vLLM log"):
             click.echo(f"vllm-doctor: error: {clean(message)}", err=True)
     return 2 if errors else exit_code(reports, fail_on, exit_zero)
+
+
+def _run_live(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rules: Any, no_redact: bool,
+              color: bool | None, config_file: str | None, output: str | None, tee: bool, follow: str | None,
+              until: str | None, timeout: float | None, update_every: float, command: list[str] | None,
+              kill_on_failure: bool, copy: Any) -> int:
+    """run_diagnosis for the live modes (--tee, --follow, --until, --timeout, `run`): one input, read as it grows."""
+    from .live import LiveOptions, run_live
+
+    if len(files) > 1 or (files and (follow or command)):
+        raise click.UsageError("live modes read one input: a FILE, --follow FILE, stdin or `run -- CMD`")
+    if follow:
+        _refuse_compressed(follow, "--follow")
+    elif files and files[0] != "-":
+        _refuse_compressed(files[0], "--tee/--until/--timeout")
+    opts = LiveOptions(until=until, timeout=timeout, tee=tee, fmt="jsonl" if fmt == "jsonl" else "text",
+                       update_every=update_every, fail_on=fail_on)
+    out_opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on}
+    if color is not None:
+        out_opts["color"] = color
+    elif output or tee:
+        out_opts["color"] = False
+
+    def render(report: Report) -> str:
+        return renderer(pick_format(fmt))([report], out_opts)
+
+    return run_live(opts, rules, render, files[0] if files else "-", follow=follow, command=command,
+                    redact=not no_redact, output=output, kill_on_failure=kill_on_failure,
+                    exit_code=lambda r: exit_code([r], fail_on, exit_zero), tee=copy)
 
 
 @main.command("diagnose")

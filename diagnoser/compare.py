@@ -548,17 +548,25 @@ def _activation_return(after: Start, seqs: int | None, batched: int | None) -> f
 def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix], list[Fix]]:
     """The flags that restore the before start's KV budget on the after release (in the command), and
     alternatives (not in it)."""
-    fixes: list[Fix] = []
-    alts: list[Fix] = []
     kb, ka = before.get("kv_cache_gib"), after.get("kv_cache_gib")
     if kb is None or ka is None:
-        return fixes, alts
+        return [], []
     lost = kb - ka
-    need_request = after.get("request_kv_gib") or 0.0
     if (lost <= 0 or quiet(kb, ka)) and not after.failed:
-        return fixes, alts
-    sb, sa = before.settings, after.settings
+        return [], []
     known = not (before.assumed_version or after.assumed_version)
+    fixes = _default_fixes(before, after, known)
+    util_fix, new_util = _utilization_fix(before, after, known, lost)
+    fixes += util_fix + _capture_size_fix(before, after, known)
+    alts = _alternatives(after, known, kb, lost)
+    fixes = _top_up(fixes, after, kb * (1 - max_kv_loss) - (ka + sum(f.returns_gib for f in fixes)), new_util)
+    return fixes + _length_fix(after, ka + sum(f.returns_gib for f in fixes)), alts
+
+
+def _default_fixes(before: Start, after: Start, known: bool) -> list[Fix]:
+    """--max-num-seqs / --max-num-batched-tokens back to the before release's defaults, when a new default
+    (not the user) raised them."""
+    sb, sa = before.settings, after.settings
     act_delta = max(0.0, (after.get("activation_peak_gib") or 0.0) - (before.get("activation_peak_gib") or 0.0))
     seqs_b, seqs_a = int(sb["max_num_seqs"]["value"]), int(sa["max_num_seqs"]["value"])
     bt_b, bt_a = int(sb["max_num_batched_tokens"]["value"]), int(sa["max_num_batched_tokens"]["value"])
@@ -567,6 +575,7 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
         bool(sa["enable_chunked_prefill"]["value"])
     r_seqs = _activation_return(after, seqs_b, None) if seqs_fix else None
     r_both = _activation_return(after, seqs_b if seqs_fix else None, bt_b if bt_fix else None)
+    fixes: list[Fix] = []
     if seqs_fix:
         returns = r_seqs if r_seqs is not None else act_delta
         why = f"vLLM {rel.version_str(after.version)} runs up to {seqs_a} sequences at once " \
@@ -579,47 +588,65 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
                          f"the token budget per step rose {bt_b} → {bt_a} "
                          f"({_why(after, 'max_num_batched_tokens', before)}); the profiling forward pass runs "
                          "that many tokens"))
+    return fixes
+
+
+def _utilization_fix(before: Start, after: Start, known: bool, lost: float) -> tuple[list[Fix], float]:
+    """--gpu-memory-utilization raised by the share CUDA graphs now take inside the budget, or back to the
+    before start's share; with the utilization the command then has."""
+    sb, sa = before.settings, after.settings
     total = after.get("gpu_total_gib") or 0.0
     util_a = after.get("gpu_memory_utilization") or 0.0
     util_b = before.get("gpu_memory_utilization") or 0.0
-    new_util = util_a
     graphs_now = after.get("cuda_graph_budget_gib") or 0.0
-    graphs_then = before.get("cuda_graph_budget_gib") or 0.0
     graphs_moved = known and sa["cuda_graphs_in_budget"]["value"] and not sb["cuda_graphs_in_budget"]["value"]
     if graphs_moved and graphs_now > 0 and total:
         new_util = math.ceil((util_a + graphs_now / total) * 1000) / 1000  # vLLM suggests 4 decimals
-        if new_util <= UTILIZATION_CEILING:
-            since = sa["cuda_graphs_in_budget"].get("since", "this release")
-            fixes.append(Fix("--gpu-memory-utilization", f"{new_util:g}", (new_util - util_a) * total,
-                             f"since vLLM {since} the budget also holds the CUDA graphs ({_gib(graphs_now)}), "
-                             "which before were captured outside it; raising the share by as much uses the same "
-                             "GPU memory as before"))
-        else:
-            new_util = util_a
-    elif graphs_moved and util_a and after.context is not None and \
+        if new_util > UTILIZATION_CEILING:
+            return [], util_a
+        since = sa["cuda_graphs_in_budget"].get("since", "this release")
+        return [Fix("--gpu-memory-utilization", f"{new_util:g}", (new_util - util_a) * total,
+                    f"since vLLM {since} the budget also holds the CUDA graphs ({_gib(graphs_now)}), "
+                    "which before were captured outside it; raising the share by as much uses the same "
+                    "GPU memory as before")], new_util
+    if graphs_moved and util_a and after.context is not None and \
             after.context.utilization_without_graphs is not None:
         # no GPU total in either log: vLLM's own suggestion, the utilization plus the share the graphs took
         new_util = math.ceil((2 * util_a - after.context.utilization_without_graphs) * 1000) / 1000
-        if new_util <= UTILIZATION_CEILING:
-            fixes.append(Fix("--gpu-memory-utilization", f"{new_util:g}", max(0.0, lost),
-                             f"since vLLM {sa['cuda_graphs_in_budget'].get('since')} the budget also holds the CUDA "
-                             f"graphs ({util_a:g} is now worth {after.context.utilization_without_graphs:g} without "
-                             "them, as vLLM printed); raising the share by as much uses the same GPU memory as "
-                             "before (pass --gpu for the GiB figures)"))
-    elif util_b > util_a and total:
-        new_util = util_b
-        fixes.append(Fix("--gpu-memory-utilization", f"{util_b:g}", (util_b - util_a) * total,
-                         f"the budget share fell {util_b:g} → {util_a:g} "
-                         f"({_why(after, 'gpu_memory_utilization', before)})"))
-    if known and graphs_now - graphs_then >= QUIET_GIB and sb["cuda_graphs_in_budget"]["value"]:
-        flag = rel.default("capture_size_flag", after.version, engine=after.engine)
-        sizes_b = sb["cudagraph_capture_sizes"]["value"] or []
-        if flag and sizes_b and flag != "--compilation-config":
-            value = str(max(sizes_b))
-            fixes.append(Fix(flag, value, graphs_now - graphs_then,
-                             f"CUDA graphs grew {_gib(graphs_then)} → {_gib(graphs_now)}; capturing up to batch "
-                             f"{value} again, as the before start did"))
-    restored = sum(f.returns_gib for f in fixes)
+        if new_util > UTILIZATION_CEILING:
+            return [], new_util  # what the top-up then starts from (as the budget vLLM suggested)
+        return [Fix("--gpu-memory-utilization", f"{new_util:g}", max(0.0, lost),
+                    f"since vLLM {sa['cuda_graphs_in_budget'].get('since')} the budget also holds the CUDA "
+                    f"graphs ({util_a:g} is now worth {after.context.utilization_without_graphs:g} without "
+                    "them, as vLLM printed); raising the share by as much uses the same GPU memory as "
+                    "before (pass --gpu for the GiB figures)")], new_util
+    if util_b > util_a and total:
+        return [Fix("--gpu-memory-utilization", f"{util_b:g}", (util_b - util_a) * total,
+                    f"the budget share fell {util_b:g} → {util_a:g} "
+                    f"({_why(after, 'gpu_memory_utilization', before)})")], util_b
+    return [], util_a
+
+
+def _capture_size_fix(before: Start, after: Start, known: bool) -> list[Fix]:
+    """The capture-size flag back to the before start's largest batch, when graphs grew inside the budget."""
+    graphs_now = after.get("cuda_graph_budget_gib") or 0.0
+    graphs_then = before.get("cuda_graph_budget_gib") or 0.0
+    if not (known and graphs_now - graphs_then >= QUIET_GIB and before.settings["cuda_graphs_in_budget"]["value"]):
+        return []
+    flag = rel.default("capture_size_flag", after.version, engine=after.engine)
+    sizes_b = before.settings["cudagraph_capture_sizes"]["value"] or []
+    if not (flag and sizes_b and flag != "--compilation-config"):
+        return []
+    value = str(max(sizes_b))
+    return [Fix(flag, value, graphs_now - graphs_then,
+                f"CUDA graphs grew {_gib(graphs_then)} → {_gib(graphs_now)}; capturing up to batch "
+                f"{value} again, as the before start did")]
+
+
+def _alternatives(after: Start, known: bool, kb: float, lost: float) -> list[Fix]:
+    """Flags that also return memory but change more than the budget (not put in the command)."""
+    alts: list[Fix] = []
+    graphs_now = after.get("cuda_graph_budget_gib") or 0.0
     if graphs_now > 0:
         alts.append(Fix("--enforce-eager", None, graphs_now,
                         "no CUDA graphs at all: returns their whole budget share, but decoding runs eagerly "
@@ -628,24 +655,36 @@ def fixes_for(before: Start, after: Start, max_kv_loss: float) -> tuple[list[Fix
         alts.append(Fix("--kv-cache-memory-bytes", str(int(kb * mem.GIB)), max(0.0, lost),
                         "fixes the KV cache at the before start's size and skips the utilization budget; only "
                         "safe when that much GPU memory is really free"))
-    short = kb * (1 - max_kv_loss) - (ka + restored)
-    if short > QUIET_GIB and total:
-        extra = mem.utilization_for(short, total, new_util, UTILIZATION_CEILING)
-        if extra is not None:
-            fixes = [f for f in fixes if f.flag != "--gpu-memory-utilization"]
-            fixes.append(Fix("--gpu-memory-utilization", f"{extra:g}", (extra - util_a) * total,
-                             f"the rest of the loss: {_gib(short)} more budget ({util_a:g} → {extra:g} of "
-                             f"{_gib(total)}), if that much of the GPU is free"))
-            restored = sum(f.returns_gib for f in fixes)
-    kv_then = ka + restored
-    if need_request and kv_then < need_request and after.get("max_model_len"):
-        max_len = int(after.get("max_model_len") or 0)
-        fit = mem.max_len_that_fits(kv_then, need_request, max_len)
-        if fit:
-            fixes.append(Fix("--max-model-len", str(fit), 0.0,
-                             f"{_gib(kv_then)} of KV cache holds one request of {mem.human_tokens(fit)} tokens; "
-                             f"{mem.human_tokens(max_len)} needs {_gib(need_request)}, more than this release leaves"))
-    return fixes, alts
+    return alts
+
+
+def _top_up(fixes: list[Fix], after: Start, short: float, new_util: float) -> list[Fix]:
+    """What the fixes still leave short of the allowed loss, taken from a higher utilization if the GPU has it."""
+    total = after.get("gpu_total_gib") or 0.0
+    if short <= QUIET_GIB or not total:
+        return fixes
+    util_a = after.get("gpu_memory_utilization") or 0.0
+    extra = mem.utilization_for(short, total, new_util, UTILIZATION_CEILING)
+    if extra is None:
+        return fixes
+    return [f for f in fixes if f.flag != "--gpu-memory-utilization"] + [
+        Fix("--gpu-memory-utilization", f"{extra:g}", (extra - util_a) * total,
+            f"the rest of the loss: {_gib(short)} more budget ({util_a:g} → {extra:g} of "
+            f"{_gib(total)}), if that much of the GPU is free")]
+
+
+def _length_fix(after: Start, kv_then: float) -> list[Fix]:
+    """The --max-model-len that fits when the restored KV cache still cannot hold one request."""
+    need_request = after.get("request_kv_gib") or 0.0
+    if not (need_request and kv_then < need_request and after.get("max_model_len")):
+        return []
+    max_len = int(after.get("max_model_len") or 0)
+    fit = mem.max_len_that_fits(kv_then, need_request, max_len)
+    if not fit:
+        return []
+    return [Fix("--max-model-len", str(fit), 0.0,
+                f"{_gib(kv_then)} of KV cache holds one request of {mem.human_tokens(fit)} tokens; "
+                f"{mem.human_tokens(max_len)} needs {_gib(need_request)}, more than this release leaves")]
 
 
 def _gate(before: Start, after: Start, max_kv_loss: float) -> tuple[bool, str | None, float | None]:
