@@ -2,8 +2,10 @@
 
 The copy runs in a thread that spends its time in system calls (which release the GIL), so the diagnosis
 in the main thread never slows it down: a regular file is copied by sendfile() and read again by the
-diagnosis (pread, behind the copy); a pipe is copied chunk by chunk as read, and the chunks are queued for
-the diagnosis, at most MAX_BEHIND bytes (then the copy waits: memory stays bounded, nothing is lost).
+diagnosis (pread, behind the copy); a pipe is copied chunk by chunk as read, and each chunk is appended to
+an anonymous temporary file that the diagnosis reads behind the copy the same way (the copy never waits for
+the diagnosis; no temporary file, or a full disk: the chunks are queued in memory instead, at most
+MAX_BEHIND bytes, then the copy waits: memory stays bounded, nothing is lost).
 The diagnosis never reads a byte before it has been copied.
 
 Light to import (the standard library only): the CLI starts the copy before the rules load, so the first
@@ -25,7 +27,7 @@ BLOCK = 1 << 20        #: bytes read at a time (the reader's BLOCK; not imported
 POLL = 0.1             #: seconds the copier waits for input before it looks whether it should stop
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write all of `data` (a non-blocking descriptor waits until writable; a closed reader is ignored)."""
     view = memoryview(data)
     while view:
@@ -43,6 +45,8 @@ MAX_BEHIND = 8 << 20   #: bytes a pipe's copy may run ahead of the diagnosis (th
 SEND_CHUNK = 4 << 20   #: bytes one sendfile() call copies from a regular file
 STALL = 0.05           #: a file's copy that made no progress this long waits for its reader: diagnose meanwhile
 HEAD_START = 2.0       #: seconds a file's copy runs alone at most (then the diagnosis reads beside it)
+BURST = 1 << 20        #: bytes a pipe's copy must be ahead before the diagnosis gives way to it (a log written
+                       #: line by line never is: its findings are not delayed)
 
 
 class Tee:
@@ -62,18 +66,21 @@ class Tee:
         self.stopped = False     #: stop copying (an early verdict: a drainer takes over)
         self.error: BaseException | None = None
         self.owns_fd = False     #: close `fd` when done (a file the tee opened)
+        self.progress_at = time.monotonic()           #: when the copy last moved
+        self.alone_until = self.progress_at + HEAD_START
         self.thread = threading.Thread(target=self._run, name="vllm-doctor-tee", daemon=True)
         self._switch = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch, 0.0005))  # the copier gets the GIL back soon after each call
         self.thread.start()
 
     def _run(self) -> None:
+        ended = True
         try:
-            self._copy()
+            ended = self._copy()
         except BaseException as exc:  # noqa: BLE001 - handed to the reading side, never lost in the thread
             self.error = exc
         with self.cond:
-            self.done = True
+            self.done = ended  # not after stop(): the rest is in the input, for a drainer
             self.cond.notify_all()
         if self.close_out and not self.stopped:
             with contextlib.suppress(OSError):
@@ -81,8 +88,16 @@ class Tee:
                 os.dup2(null, self.out)
                 os.close(null)
 
-    def _copy(self) -> None:
+    def _copy(self) -> bool:
+        """Copy until the end of the input (True) or until stopped (False)."""
         raise NotImplementedError
+
+    def _give_way(self) -> None:
+        """While the copy moves, the diagnosis waits for it, for HEAD_START seconds at most (on two busy cores
+        they would slow each other down); a copy that stalls (a slow reader, `| less`) lets it go on."""
+        while not self.done and time.monotonic() < self.alone_until and \
+                time.monotonic() - self.progress_at < STALL:
+            self.cond.wait(STALL)
 
     def stop(self) -> None:
         """Stop copying and wait for the thread: what it read is copied; the rest is left in the input."""
@@ -104,17 +119,41 @@ class Tee:
             self.owns_fd = False
 
 
+def spill_write(fd: int, data: memoryview) -> int:
+    """One write to the spill file (a name of its own: the tests make it fail, as a full disk would)."""
+    return os.write(fd, data)
+
+
 class PipeTee(Tee):
-    """A pipe, a terminal, a socket, a child's output: each chunk is written the moment it is read, then
-    queued for the diagnosis. The queue holds at most MAX_BEHIND bytes; past that the copy waits for the
-    diagnosis (back-pressure: memory stays bounded and nothing is lost)."""
+    """A pipe, a terminal, a socket, a child's output: each chunk is written to `out` the moment it is read,
+    then appended to an anonymous temporary file (unlinked at once, in $TMPDIR) that the diagnosis reads
+    behind the copy, as FileTee reads its file: memory stays bounded and the copy never waits for the
+    diagnosis; the disk holds what the diagnosis has yet to read, up to the log's size.
+
+    When that file cannot be made or a write to it fails (a full disk), the rest is queued in memory
+    instead, at most MAX_BEHIND bytes; past that the copy waits for the diagnosis (back-pressure: memory
+    stays bounded and nothing is lost)."""
 
     def __init__(self, fd: int, out: int, close_out: bool = False) -> None:
         self.chunks: deque[bytes] = deque()
         self.queued = 0
+        self.pos = self.copied = 0   #: the spill file: read up to `pos`, written up to `copied`
+        self.spill = None
+        with contextlib.suppress(OSError, ImportError):
+            import tempfile  # here, not at the top: only a piped --tee pays for its import
+
+            self.spill = tempfile.TemporaryFile(prefix="vllm-doctor-tee-")  # noqa: SIM115 - closed in close()
+        self.spilling = self.spill is not None
+        with contextlib.suppress(OSError, ImportError):
+            import fcntl
+
+            fcntl.fcntl(fd, 1031, BLOCK)  # F_SETPIPE_SZ: longer reads, fewer trips through the GIL
         super().__init__(fd, out, close_out)
 
-    def _copy(self) -> None:
+    def _copy(self) -> bool:
+        spill = self.spill.fileno() if self.spill is not None else -1
+        buf = bytearray(BLOCK)  # read into one buffer: no megabyte allocated (and faulted in) per chunk
+        view = memoryview(buf)
         while not self.stopped:
             try:
                 ready, _, _ = select.select([self.fd], [], [], POLL)
@@ -123,13 +162,27 @@ class PipeTee(Tee):
             if not ready:
                 continue
             try:
-                data = os.read(self.fd, BLOCK)
+                got = os.readv(self.fd, [buf])
             except BlockingIOError:
                 continue
             except OSError:
-                data = b""
-            if data:
+                got = 0
+            data = view[:got]
+            if got:
                 write_all(self.out, data)
+            n = 0
+            if self.spilling and got:
+                n = self._spill(spill, data)
+                with self.cond:
+                    self.copied += n
+                    self.progress_at = time.monotonic()
+                    self.spilling = n == len(data)
+                    self.cond.notify_all()
+                if self.spilling:
+                    continue
+            elif self.spilling:
+                return True  # the end: `done` tells the reader
+            data = bytes(data[n:] if got else b"")  # no spill file, a full disk: to the queue
             with self.cond:
                 while self.queued >= MAX_BEHIND and not self.stopped:
                     self.cond.wait(POLL)
@@ -137,22 +190,56 @@ class PipeTee(Tee):
                 self.queued += len(data)
                 self.cond.notify_all()
             if not data:
-                return
+                return True
+        return False
+
+    @staticmethod
+    def _spill(fd: int, data: memoryview) -> int:
+        """Append `data` to the spill file: how many bytes went in before a write failed."""
+        n = 0
+        with contextlib.suppress(OSError):
+            while n < len(data):
+                n += spill_write(fd, data[n:])
+        return n
 
     def read(self, timeout: float) -> bytes | None:
         with self.cond:
-            if not self.chunks and not self.done:
+            if self.pos >= self.copied and not self.chunks and not self.done:
                 self.cond.wait(timeout)
-            if not self.chunks:
+            if self.copied - self.pos >= BURST:
+                self._give_way()  # a burst (`cat big.log |`): the copy goes first, as from a file
+            if self.pos < self.copied:
+                size = min(BLOCK, self.copied - self.pos)
+            elif self.chunks:
+                data = self.chunks[0]
+                if data:  # the end (b"") stays: every later read sees it too
+                    self.chunks.popleft()
+                    self.queued -= len(data)
+                    self.cond.notify_all()
+                return data
+            else:
                 if self.error is not None:
                     raise self.error
                 return b"" if self.done else None
-            data = self.chunks[0]
-            if data:  # the end (b"") stays: every later read sees it too
-                self.chunks.popleft()
-                self.queued -= len(data)
-                self.cond.notify_all()
-            return data
+        assert self.spill is not None
+        data = os.pread(self.spill.fileno(), size, self.pos)
+        self.pos += len(data)
+        return data
+
+    def stop(self) -> None:
+        """Stop copying (an early verdict) and drop the spill file: a drainer forked next must not hold it."""
+        super().stop()
+        self._drop_spill()
+
+    def close(self) -> None:
+        super().close()
+        self._drop_spill()
+
+    def _drop_spill(self) -> None:
+        if self.spill is not None:
+            with contextlib.suppress(OSError):
+                self.spill.close()
+            self.spill = None
 
 
 class FileTee(Tee):
@@ -167,11 +254,9 @@ class FileTee(Tee):
 
     def __init__(self, fd: int, out: int, close_out: bool = False) -> None:
         self.pos = self.copied = os.lseek(fd, 0, os.SEEK_CUR)
-        self.progress_at = time.monotonic()
-        self.alone_until = self.progress_at + HEAD_START
         super().__init__(fd, out, close_out)
 
-    def _copy(self) -> None:
+    def _copy(self) -> bool:
         off = self.copied
         send = True
         while not self.stopped:
@@ -185,7 +270,7 @@ class FileTee(Tee):
                 except BrokenPipeError:
                     n = os.fstat(self.fd).st_size - off  # nobody reads the copy: the diagnosis goes on
                     if n <= 0:
-                        return
+                        return True
                 except OSError:
                     send = False  # an O_APPEND file, an old kernel: read and write
                     continue
@@ -194,12 +279,13 @@ class FileTee(Tee):
                 write_all(self.out, data)
                 n = len(data)
             if n <= 0:
-                return
+                return True
             off += n
             with self.cond:
                 self.copied = off
                 self.progress_at = time.monotonic()
                 self.cond.notify_all()
+        return False
 
     def read(self, timeout: float) -> bytes | None:
         with self.cond:
@@ -207,9 +293,7 @@ class FileTee(Tee):
                 self.cond.wait(timeout)
                 if self.pos >= self.copied and not self.done:
                     return None
-            while not self.done and time.monotonic() < self.alone_until and \
-                    time.monotonic() - self.progress_at < STALL:
-                self.cond.wait(STALL)  # the copy is moving: it goes first
+            self._give_way()
             if self.pos >= self.copied:
                 if self.error is not None:
                     raise self.error
