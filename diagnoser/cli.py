@@ -262,6 +262,8 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
         from . import tee as tee_mod  # the copy starts before the rules load: the first bytes pass at once
 
         copy = tee_mod.start(files[0] if files else "-", sys.stdout.fileno())
+        if copy is not None:
+            copy.give_way()
     rules = _rules_with(rule_paths)
     if config_file and not Path(config_file).is_file():
         raise click.UsageError(f"--config-file {config_file}: no such file; give the launch config that set the "

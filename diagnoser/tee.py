@@ -15,6 +15,7 @@ bytes pass at once.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import stat
@@ -99,6 +100,16 @@ class Tee:
                 time.monotonic() - self.progress_at < STALL:
             self.cond.wait(STALL)
 
+    def give_way(self) -> None:
+        """Before the rules load: a burst at the start (`cat big.log |`) is copied first, at full speed (the
+        rules' loading would hold the GIL the copier needs); a log written line by line is not waited for."""
+        with self.cond:
+            deadline = time.monotonic() + STALL  # the copier's first chunks, if they come at once
+            while not self.done and self.copied - self.pos < BURST and time.monotonic() < deadline:
+                self.cond.wait(max(0.0, deadline - time.monotonic()))
+            if self.copied - self.pos >= BURST:
+                self._give_way()
+
     def stop(self) -> None:
         """Stop copying and wait for the thread: what it read is copied; the rest is left in the input."""
         with self.cond:
@@ -124,6 +135,12 @@ def spill_write(fd: int, data: memoryview) -> int:
     return os.write(fd, data)
 
 
+def spill_splice(src: int, fd: int, count: int) -> int:
+    """Move up to `count` bytes from the input pipe into the spill file in the kernel (no copy through
+    Python, one trip through the GIL; a name of its own for the tests, as spill_write)."""
+    return os.splice(src, fd, count)
+
+
 class PipeTee(Tee):
     """A pipe, a terminal, a socket, a child's output: each chunk is written to `out` the moment it is read,
     then appended to an anonymous temporary file (unlinked at once, in $TMPDIR) that the diagnosis reads
@@ -144,6 +161,7 @@ class PipeTee(Tee):
 
             self.spill = tempfile.TemporaryFile(prefix="vllm-doctor-tee-")  # noqa: SIM115 - closed in close()
         self.spilling = self.spill is not None
+        self.sendfile = True         #: `out` takes sendfile() (not an O_APPEND file)
         with contextlib.suppress(OSError, ImportError):
             import fcntl
 
@@ -154,12 +172,29 @@ class PipeTee(Tee):
         spill = self.spill.fileno() if self.spill is not None else -1
         buf = bytearray(BLOCK)  # read into one buffer: no megabyte allocated (and faulted in) per chunk
         view = memoryview(buf)
+        splice = hasattr(os, "splice")  # a pipe: into the spill file, then sendfile() from it to `out`
         while not self.stopped:
             try:
                 ready, _, _ = select.select([self.fd], [], [], POLL)
             except (OSError, ValueError):
                 ready = [self.fd]
             if not ready:
+                continue
+            if splice and self.spilling:
+                try:
+                    n = spill_splice(self.fd, spill, BLOCK)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:  # not a pipe (EINVAL): read and write; else a full disk: the queue
+                    splice, self.spilling = False, exc.errno == errno.EINVAL
+                    continue
+                if not n:
+                    return True
+                self._send(spill, self.copied, n)
+                with self.cond:
+                    self.copied += n
+                    self.progress_at = time.monotonic()
+                    self.cond.notify_all()
                 continue
             try:
                 got = os.readv(self.fd, [buf])
@@ -192,6 +227,25 @@ class PipeTee(Tee):
             if not data:
                 return True
         return False
+
+    def _send(self, spill: int, off: int, n: int) -> None:
+        """Copy `n` bytes of the spill file from `off` to `out` (sendfile(); read and write where `out`
+        refuses it, an O_APPEND file)."""
+        end = off + n
+        while off < end:
+            if self.sendfile:
+                try:
+                    off += os.sendfile(self.out, spill, off, end - off)
+                except BlockingIOError:
+                    select.select([], [self.out], [], 1.0)
+                except BrokenPipeError:
+                    return  # whoever read our stdout went away: the diagnosis goes on
+                except OSError:
+                    self.sendfile = False
+                continue
+            data = os.pread(spill, min(BLOCK, end - off), off)
+            write_all(self.out, data)
+            off += len(data)
 
     @staticmethod
     def _spill(fd: int, data: memoryview) -> int:

@@ -128,7 +128,18 @@ def test_a_full_disk_mid_copy_moves_the_rest_to_the_queue(tmp_path, monkeypatch,
         written[0] += n
         return n
 
+    real_splice = tee_mod.spill_splice
+
+    def filling_splice(src, fd, count):
+        room = fail_after - written[0]
+        if room <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real_splice(src, fd, min(room, count))
+        written[0] += n
+        return n
+
     monkeypatch.setattr(tee_mod, "spill_write", filling)
+    monkeypatch.setattr(tee_mod, "spill_splice", filling_splice)
     stream = random.Random(fail_after).randbytes(2 * MAX_BEHIND + 999)
     read_fd, producer = _produce(stream)
     with (tmp_path / "copy").open("w+b") as out:
