@@ -84,7 +84,7 @@ def _overhead_line(res: sizing.PlanResult, inp: sizing.PlanInput, v: Version, so
                   "release and must fit outside the share")
     return (f"overhead: activations {res.activation_bytes / mem.GIB:.2f} GiB (the larger of the forward pass over "
             f"max_num_batched_tokens={res.max_num_batched_tokens} and the sampler over max_num_seqs="
-            f"{res.max_num_seqs} x {inp.arch.vocab_size:,} vocabulary x {sizing.sampler_bytes_per_logit(v):g} bytes, "
+            f"{res.max_num_seqs} x {inp.arch.vocab_size:,} vocabulary x {res.sampler_bytes_per_logit:g} bytes, "
             f"the coefficient of vLLM {version_str(v)}) + non-torch {res.non_torch_bytes / mem.GIB:.2f} GiB "
             f"({sizing.non_torch_rule(inp.tensor_parallel_size, v)})" + graphs)
 
