@@ -222,7 +222,8 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     in_budget = graphs_budgeted(v)
     sources["overhead"] = "given" if inp.overhead is not None else "estimated"
     overhead = float(inp.overhead) if inp.overhead is not None else act + ntm + (graphs if in_budget else 0.0)
-    sources["kv_cache"] = "measured" if inp.kv_cache_bytes is not None else "computed"
+    sources["kv_cache"] = "fixed by --kv-cache-memory-bytes" if inp.kv_cache_fixed and inp.kv_cache_bytes is not None \
+        else "measured" if inp.kv_cache_bytes is not None else "computed"
     kv_room = float(inp.kv_cache_bytes) if inp.kv_cache_bytes is not None else budget - weights - overhead
     per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
     # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
@@ -242,6 +243,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         tokens = kv_cache_tokens(kv_room, per_token, hybrid.block_size)
         conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
     fits = kv_room > 0 and need <= kv_room
+    if inp.kv_cache_fixed:
+        # --kv-cache-memory-bytes is not capped by the utilization share: the whole device must hold it
+        fits = fits and m.device_need(weights, overhead, 0.0 if in_budget else graphs, kv_room) <= inp.gpu_bytes
     fit_len = max_model_len_for(arch, kv_room, max(max_len, arch.max_position_embeddings or 0, 1), **kw)
     if inp.max_model_len_auto and 0 < fit_len < max_len and not inp.max_model_len:
         # vLLM's 'auto': the model's maximum, cut to the longest length one request's KV cache fits in
@@ -357,6 +361,12 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
             "weights_bytes": int(r.weights_bytes), "max_model_len_that_fits": r.max_model_len_that_fits,
         })
     return out
+
+
+def device_need_bytes(res: PlanResult) -> float:
+    """memory.device_need for a plan: what one rank holds once its KV cache is allocated."""
+    return m.device_need(res.weights_bytes, res.overhead_bytes, 0.0 if res.graphs_in_budget else res.cuda_graph_bytes,
+                         res.kv_cache_bytes)
 
 
 def whole_gpu_kv_bytes(res: PlanResult, spare: float = 0.02) -> float:

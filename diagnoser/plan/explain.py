@@ -136,4 +136,4 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: sizing.PlanResult, got: 
 def render_text(data: dict[str, Any], res: sizing.PlanResult, spec: ModelSpec, gpu: GpuSpec, verdict: Verdict) -> str:
     """The text report of one plan."""
     return _template().render(d=data, res=res, inp=res.inp, arch=spec.arch, gpu=gpu, verdict=verdict,
-                              formula=kv_formula(res, res.inp), mem=mem)
+                              formula=kv_formula(res, res.inp), mem=mem, device_need=sizing.device_need_bytes(res))
