@@ -220,6 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         med, p90, worst = summary([r["errors"]["planner"] for r in held])
         print(f"KV cache, planner   over the {len(held)} pairs outside the llm-d sweep: median error {med:.1%}, "
               f"p90 {p90:.1%}, worst {worst:.1%}")
+    # full-budget start-ups after 0.19 (CUDA graphs inside the budget, Model Runner V2 for dense models from 0.25)
+    late = [r for r, p in zip(rows, data["kv_pairs"], strict=True)
+            if releases.parse_version(str(p["config"].get("vllm_version", "latest"))) >= (0, 20, 0)]
+    if late:
+        for name in names:
+            med, p90, worst = summary([r["errors"][name] for r in late])
+            print(f"KV cache, {name:9s} over the {len(late)} pairs after 0.19: median error {med:.1%}, "
+                  f"p90 {p90:.1%}, worst {worst:.1%}")
     print()
     wrows = weight_errors(data)
     for pid, est, measured, err in wrows:

@@ -446,9 +446,9 @@ def physics_assumptions(res: PlanResult) -> list[str]:
     if res.sampler_bytes_per_logit == m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
         out.append("sampler: FlashInfer's top-p/top-k kernel (no sort), 12 bytes per logit")
     if res.model_runner == "MRV2":
-        out.append(f"Model Runner V2 (dense models from vLLM 0.25, every model from 0.29): CUDA graphs reuse the "
-                   f"profiled activation pool (+{res.cuda_graph_bytes / GIB:.2f} GiB), the sampler keeps "
-                   f"{res.sampler_bytes_per_logit:g} bytes per logit")
+        out.append(f"Model Runner V2 (dense models from vLLM 0.25, every model from 0.29): the profiled peak is the "
+                   f"forward pass (the sampler keeps {res.sampler_bytes_per_logit:g} bytes per logit) plus "
+                   f"{res.cuda_graph_bytes / GIB:.2f} GiB for the graph estimate and a cold compile's workspace")
     if a.vision and engine == "V1":
         if inp.skip_mm_profiling:
             out.append("multimodal: --skip-mm-profiling, the encoder is not profiled")
