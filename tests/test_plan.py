@@ -369,6 +369,10 @@ def test_kv_cache_memory_bytes_must_fit_the_whole_gpu():
     assert again["starts"] and again["kv_cache_bytes"] == int(fixed)
     assert run(["--check", *cmd, "8G"]).exit_code == 1
     assert "whole GPU with the fixed KV cache" in run([*cmd, "8G"]).output
+    # the planner's own option is vLLM's flag too, and the corrected command keeps it
+    opt = run_json(["--gpu", "L4", "--model", "llama-3.1-8b", "--max-model-len", "16384", "--kv-cache-memory-bytes",
+                    "5GiB"])
+    assert opt["starts"] and opt["kv_cache_bytes"] == 5 * GIB and "--kv-cache-memory-bytes 5368709120" in opt["command"]
 
 
 def test_length_spellings_by_release():

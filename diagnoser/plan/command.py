@@ -23,6 +23,7 @@ from .resolve import (
     COMMAND,
     LOG,
     NO_MODEL,
+    OPTION,
     MissingInput,
     Resolved,
     VllmRejects,
@@ -98,6 +99,8 @@ def _settings_from(inp: sizing.PlanInput, opts: dict[str, Any]) -> dict[str, Any
             out[key] = str(opts[key])
     if inp.enforce_eager:
         out["enforce_eager"] = True
+    if inp.kv_cache_fixed and inp.kv_cache_bytes is not None:
+        out["kv_cache_memory_bytes"] = str(int(inp.kv_cache_bytes))
     return out
 
 
@@ -115,7 +118,7 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.Se
     quant = got["quantization"]
     if quant and spec.arch.quantization and quant != spec.arch.quantization:
         spec.notes.append(f"--quantization {quant} replaces the checkpoint's {spec.arch.quantization}")
-    kv_fixed = got.came_from("kv_cache") == COMMAND
+    kv_fixed = got.came_from("kv_cache") in (COMMAND, OPTION)
     return sizing.PlanInput(
         arch=spec.arch, gpu_bytes=gpu.memory_bytes, gpu_name=gpu.name, gpu_memory_utilization=util,
         max_model_len=max_len, kv_cache_dtype=got["kv_cache_dtype"], dtype=got["dtype"], quantization=quant,
