@@ -338,6 +338,9 @@ def test_mamba2_unified_block_matches_vllm():
                      "--vllm-version", "0.27.1"])
     assert any(a.startswith("hybrid Mamba-2: 4 of 56 layers cache KV") and "block 672 tokens" in a
                for a in data["assumptions"])
+    # the spelled-out product counts the 4 attention layers, not the 25 MLP-only ones
+    text = run(["--gpu", "H100", "--model", "nemotron-nano-9b-v2", "--max-model-len", "32768"]).output
+    assert "16,384 B (16 KiB) = 2 x 4 layers x 8 KV heads x 128 head dim x 2 bytes" in text
 
 
 def test_model_runner_v2_coefficients_by_release():

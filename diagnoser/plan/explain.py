@@ -35,7 +35,7 @@ def kv_formula(res: sizing.PlanResult, inp: sizing.PlanInput) -> str:
     """The bytes-per-token product, spelled out."""
     a = inp.arch
     tp, pp = inp.tensor_parallel_size, inp.pipeline_parallel_size
-    layers = sum(1 for k in mem.stage_kinds(a, pp) if k != "linear")
+    layers = sum(1 for k in mem.stage_kinds(a, pp) if k in ("full", "sliding"))  # MLP-only and state layers: no KV
     vb = f"{res.kv_value_bytes:g} byte{'s' if res.kv_value_bytes != 1 else ''}"
     if a.is_mla:
         return (f"MLA: {layers} layers x ({a.kv_lora_rank} kv_lora_rank + {a.qk_rope_head_dim} rope dim) x {vb}"
