@@ -67,6 +67,21 @@ class KeywordIndex:
         words = self.words
         return [words[i] for i in sorted(ids)]
 
+    def any_in(self, text: str) -> bool:
+        """Whether any keyword occurs in `text` (as given, no case folding): a text of SMALL_BLOCK or more is
+        searched in one hyperscan pass that stops at the first keyword; else (or without the `fast` extra) a
+        substring test per keyword, which in pure Python beats any regex over a long text."""
+        if len(text) >= SMALL_BLOCK and (db := self._db()) is not None:
+            found: list[int] = []
+            try:
+                db.scan(text.encode("utf-8", "surrogatepass"),
+                        match_event_handler=lambda i, _s, _e, _f, _c: found.append(i) or True)  # True: stop
+            except Exception:  # noqa: BLE001 - hyperscan.ScanTerminated: the handler stopped it at the first one
+                if not found:
+                    raise
+            return bool(found)
+        return any(w in text for w in self.words)
+
     def owners(self, words: Iterable[str]) -> list[int]:
         """Items having any of `words`, in item order."""
         words = list(words)
@@ -209,6 +224,11 @@ class BlockPattern:
             if m is not None and m.end() == e:
                 pos = e
                 yield m
+
+    @property
+    def accelerated(self) -> bool:
+        """Whether a range of SMALL_BLOCK or more is searched by hyperscan (the `fast` extra)."""
+        return self._db() is not None
 
     def search(self, block: bytes) -> bool:
         """Whether the pattern occurs in the block at all."""

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, BinaryIO
 
-from .keywords import literal_database, trie_pattern
+from .keywords import BlockPattern, KeywordIndex, literal_database, trie_pattern
 from .shapes import Decoder
 
 BLOCK = 1 << 20          #: bytes read at a time
 MAX_LINE = 1 << 20       #: a longer line is handled in pieces of this size (same line number)
 PASTE_MAX = 8 << 20     #: inputs past this size are files, not pastes: no hard-wrap detection
+LONG_RAW = 1 << 12       #: a line this long is checked for control bytes before cleaning
 FOLLOW = 3               #: lines kept after a keyword line, for wrapped messages
 WRAP_MAX = 12            #: more lines kept while they are pieces of one hard-wrapped message (equal widths)
 WRAP_MIN_WIDTH = 40      #: a terminal or chat window wraps at this many columns or more
@@ -41,6 +42,12 @@ ANSI = re.compile(
     r"|(?<![\w\]\[])\[[0-9]{1,3}(?:;[0-9]{1,3})*m"  # ESC lost in transit, '[1;36m' left
 )
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+#: ANSI's last alternative (the ESC lost in transit), led by its literal "[" so that re skips to each "[" in C:
+#: all that ANSI can match in a text without ESC and without the caret form
+LOST_ESC = re.compile(r"\[(?<![\w\]\[]\[)[0-9]{1,3}(?:;[0-9]{1,3})*m")
+#: CONTROL's characters as bytes (the same in UTF-8): a long raw line without any needs no CONTROL pass
+_CONTROL_BYTES = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])
+_CONTROL_SEARCH = BlockPattern(re.compile(CONTROL.pattern.encode()), 1)
 
 LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 PROC = r"\((?P<proc>[A-Za-z_][\w]*(?:[ _][\w=]+)*?)\s+pid=(?P<pid>\d+)(?:,\s*ip=[^)\s]*)?\)"
@@ -100,6 +107,7 @@ USER_CONTENT = re.compile(
 #: What USER_CONTENT needs: one of its line starts, or one of these literals.
 _USER_CONTENT_STARTS = ("Received request", "Added request", "Finished request", "Aborted request", "Request ")
 _USER_CONTENT_WORDS = ("prompt: '", "prompt_token_ids: [", '"GET /', '"POST /', '"PUT /', '"DELETE /')
+_USER_CONTENT_ANY = KeywordIndex([w] for w in _USER_CONTENT_WORDS)
 
 
 @dataclass(slots=True)
@@ -138,11 +146,16 @@ class ReadStats:
 Redactor = Callable[[str], str]
 
 
-def clean_text(text: str) -> str:
-    """Strip ANSI escapes and control characters from one physical line (no newlines inside)."""
-    if "\x1b" in text or "[" in text:
+def clean_text(text: str, controls: bool = True) -> str:
+    """Strip ANSI escapes and control characters from one physical line (no newlines inside).
+
+    `controls=False`: the caller knows the text holds no control character (no CONTROL pass).
+    """
+    if "\x1b" in text or "^[[" in text:
         text = ANSI.sub("", text)
-    return CONTROL.sub("", text)
+    elif "[" in text:
+        text = LOST_ESC.sub("", text)
+    return CONTROL.sub("", text) if controls else text
 
 
 #: The line's own leading prefixes (a process tag, a vLLM header): no record restarts inside them.
@@ -151,6 +164,7 @@ _LEAD = re.compile(r"(?:" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?
 #: Literal words that any restart point needs (a cheap test before the regexes run over a long line).
 _RESTART_WORDS = ("pid=", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "Traceback", ' File "', "Error: ",
                   "Exception: ", "[rank", "Exit: ", "Interrupt: ")
+_RESTART_ANY = KeywordIndex([w] for w in _RESTART_WORDS)  # one pass over a 1 MB piece, not 13
 
 
 def split_flattened(text: str) -> list[str]:
@@ -163,7 +177,7 @@ def split_flattened(text: str) -> list[str]:
         return [text]
     lead = _LEAD.match(text)
     begin = max(1, lead.end() if lead else 1)
-    if not any(text.find(word, begin) != -1 for word in _RESTART_WORDS):
+    if not _RESTART_ANY.any_in(text[begin:]):
         return [text]  # no second record can start here (the common case: one long request line)
     parts = _cut(text, RESTART)
     if len(parts) > 1 or text.find("Traceback (most recent call last)", 1) > 0 or text.count(' File "') > 1:
@@ -224,8 +238,7 @@ def parse_line(number: int, text: str, follow: bool = False) -> Line:
 def _user_content(text: str) -> bool:
     """USER_CONTENT.search(text), with the regex run over a long text only when one of its literals is there
     (an alternation with word boundaries scans a 1 MB piece of an enormous line at about 6 MB/s)."""
-    if len(text) > 2000 and not text.startswith(_USER_CONTENT_STARTS) and not any(
-            w in text for w in _USER_CONTENT_WORDS):
+    if len(text) > 2000 and not text.startswith(_USER_CONTENT_STARTS) and not _USER_CONTENT_ANY.any_in(text):
         return False
     return USER_CONTENT.search(text) is not None
 
@@ -257,10 +270,14 @@ def _physical_to_lines(number: int, raw: bytes, redact: Redactor | None, follow:
     """One physical line (CRLF/`\\r` frames included) -> cleaned, parsed Lines."""
     text = _decode(raw)
     frames = text.split("\r") if "\r" in text else [text]
+    # a long line (a piece of an enormous one) is checked for control bytes in one C pass: the CONTROL regex
+    # crawls over a megabyte at about 80 MB/s
+    controls = len(raw) < LONG_RAW or (_CONTROL_SEARCH.search(raw) if _CONTROL_SEARCH.accelerated
+                                       else len(raw.translate(None, _CONTROL_BYTES)) != len(raw))
     for frame in frames:
         if not frame.strip():
             continue
-        cleaned = clean_text(frame)
+        cleaned = clean_text(frame, controls)
         if ("`" in cleaned or "~~~" in cleaned) and FENCE.match(cleaned):
             continue
         if redact is not None:
@@ -316,6 +333,8 @@ class Prefilter:
         if len(line) < 4096:
             low = line.lower()
             return any(k in low for k in self.keywords)
+        if self._hyperscan() is not None:
+            return bool(self._hit_lines_hs(line))
         return self._any is not None and self._any.search(line.lower()) is not None
 
     def hit_lines(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,18 @@ def test_a_block_pattern_finds_the_same_matches_in_short_and_long_ranges(seed, m
     long = keywords.BlockPattern(BLOCK_ERROR.pattern, BLOCK_ERROR.reach)
     assert [m.span() for m in long.finditer(block)] == short and len(short) == 3
     assert long._hs is not None and long.search(block)
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_any_in_agrees_with_a_substring_test_per_word(pure, monkeypatch):
+    """KeywordIndex.any_in: one hyperscan pass over a long text (stopped at the first word), else `in` tests."""
+    from diagnoser import keywords
+
+    if pure:
+        monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
+    words = ["pid=", "ERROR", ' File "', "Exit: ", "é!"]
+    index = keywords.KeywordIndex([w] for w in words)
+    filler = "x" * keywords.SMALL_BLOCK
+    for text in [filler, filler + "error", filler + "pid=", "ERROR" + filler, filler + "é!", filler + "e!"]:
+        assert index.any_in(text) == any(w in text for w in words)
+    assert (index._hs is not None) == (not pure and keywords.BlockPattern(re.compile(b"x"), 1).accelerated)
