@@ -76,6 +76,20 @@ PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("uvicorn", re.compile(rf"^(?P<level>{LEVELS}):\s+")),
 )
 
+
+
+def _any_prefix(prefixes: tuple[tuple[str, re.Pattern[str]], ...]) -> re.Pattern[str]:
+    """PREFIXES as one alternation, each in a group named after it (its own groups renamed `NAME__GROUP`):
+    one C-level match per prefix stripped instead of a Python call per table row. Alternatives are tried in
+    the table's order, so the first row that matches wins, as in the loop."""
+    def own(name: str, body: str) -> str:
+        return re.sub(r"\(\?P<(\w+)>", lambda m: f"(?P<{name}__{m.group(1)}>", body)
+    return re.compile("|".join(f"(?P<{name}>{own(name, p.pattern)})" for name, p in prefixes))
+
+
+_PREFIX = _any_prefix(PREFIXES)
+_PREFIX_GROUPS = {name: [(f"{name}__{g}", g) for g in p.groupindex] for name, p in PREFIXES}
+
 #: Where a flattened log restarts a record: a process tag or a vLLM header not at the line start.
 RESTART = re.compile(
     r"(?<=\S)(?:(?=\s?" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?:") + ")"
@@ -209,11 +223,18 @@ def parse_line(number: int, text: str, follow: bool = False) -> Line:
     while changed and rest and guard < 8:
         changed = False
         guard += 1
+        any_m = _PREFIX.match(rest)
+        if any_m is None:
+            break  # no row matches (the common last round: one C-level try)
         for name, pattern in PREFIXES:
-            m = pattern.match(rest)
-            if not m or m.end() == 0:
-                continue
-            groups = m.groupdict()
+            if any_m.end() > 0:  # the row that matched (else one matched empty: the loop skips it, as ever)
+                name, m = any_m.lastgroup or "", any_m
+                groups = {group: m.group(full) for full, group in _PREFIX_GROUPS[name]}
+            else:
+                m = pattern.match(rest)
+                if not m or m.end() == 0:
+                    continue
+                groups = m.groupdict()
             if name == "proc":
                 if line.process is None:
                     line.process = groups["proc"]
@@ -236,9 +257,9 @@ def parse_line(number: int, text: str, follow: bool = False) -> Line:
 
 
 def _user_content(text: str) -> bool:
-    """USER_CONTENT.search(text), with the regex run over a long text only when one of its literals is there
-    (an alternation with word boundaries scans a 1 MB piece of an enormous line at about 6 MB/s)."""
-    if len(text) > 2000 and not text.startswith(_USER_CONTENT_STARTS) and not _USER_CONTENT_ANY.any_in(text):
+    """USER_CONTENT.search(text), with the regex run only when one of its literals is there (an alternation with
+    word boundaries scans a 1 MB piece of an enormous line at about 6 MB/s, and costs a stats line 5 us)."""
+    if not text.startswith(_USER_CONTENT_STARTS) and not _USER_CONTENT_ANY.any_in(text):
         return False
     return USER_CONTENT.search(text) is not None
 
@@ -772,16 +793,35 @@ def _width(block: bytes, start: int, blank: Callable[[bytes, int], bool] | None 
 
 def _follow_after(block: bytes, prefilter: Prefilter, blank: Callable[[bytes, int], bool] | None = None) -> int:
     """Follow lines still owed to the next block (a keyword line among the last FOLLOW of this one)."""
-    tail = block[-(MAX_LINE // 4):]
-    tail_lines = tail.split(b"\n")[:-1][-FOLLOW:]
-    offset = len(tail) - sum(len(t) + 1 for t in tail_lines)
+    # the last FOLLOW lines ending in a newline within the block's last MAX_LINE/4 bytes (the first of them cut
+    # there when it is longer), found from the end rather than by splitting those bytes
+    lo = max(0, len(block) - MAX_LINE // 4)
+    ends: list[int] = []
+    i = len(block)
+    while len(ends) <= FOLLOW and (i := block.rfind(b"\n", lo, i)) != -1:
+        ends.append(i)
+    if not ends:
+        return 0
+    ends.reverse()
+    lines = list(zip([lo, *(e + 1 for e in ends[:-1])], ends, strict=True))[-FOLLOW:]  # (start, end) of each
     owed = 0
-    for i, raw in enumerate(tail_lines):
-        blanked = blank is not None and blank(tail, offset)
-        offset += len(raw) + 1
-        if not blanked and prefilter.holds(raw):
-            owed = FOLLOW - (len(tail_lines) - 1 - i)
+    for i, (start, end) in enumerate(lines):
+        if not (blank is not None and blank(block, start)) and prefilter.holds(block[start:end]):
+            owed = FOLLOW - (len(lines) - 1 - i)
     return max(owed, 0)
+
+
+def _memo(blank: Callable[[bytes, int], bool]) -> Callable[[bytes, int], bool]:
+    """`blank` remembered per offset, for one block."""
+    seen: dict[int, bool] = {}
+
+    def at(block: bytes, start: int) -> bool:
+        known = seen.get(start)
+        if known is None:
+            known = seen[start] = blank(block, start)
+        return known
+
+    return at
 
 
 def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, redact: Redactor | None,
@@ -800,6 +840,7 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
     if starts is None:
         starts = prefilter.hit_lines(block)
     if blank is not None:
+        blank = _memo(blank)  # a follow line's test is asked again when it is emitted
         starts = [s for s in starts if not blank(block, s)]
     # the first lines of the block may still be owed as follow lines of the previous block
     pos, number, emitted_upto = 0, first_number, -1
@@ -834,15 +875,15 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         best[off] = best.get(off, True) and follow
     last_off = 0
     for off in sorted(best):
-        if off <= emitted_upto:
-            continue
+        if off <= emitted_upto or (blank is not None and blank(block, off)):
+            continue  # a blank line (request-logger, access) yields nothing: not even decoded
         if index is None:
             number += block.count(b"\n", last_off, off)
         else:
             number = first_number + index.at(off)
         last_off = off
         end = block.find(b"\n", off)
-        raw = b"" if blank is not None and blank(block, off) else block[off:end]
+        raw = block[off:end]
         emitted_upto = off
         st.decoded_lines += 1
         physical = first_number + line_map[number - first_number] if line_map else number
