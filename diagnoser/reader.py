@@ -343,6 +343,10 @@ class Prefilter:
         """Whether big blocks are searched by hyperscan (the `fast` extra)."""
         return self._hyperscan() is not None
 
+    def plain(self, size: int) -> bool:
+        """Whether the next `size` bytes will be searched by the regex (no hyperscan, past SMALL_INPUT)."""
+        return self._searched + size > self.SMALL_INPUT and self._hyperscan() is None
+
     def _hyperscan(self) -> Any:
         if not self._hs_tried:
             self._hs_tried = True
@@ -529,8 +533,9 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             # past the paste-sized start, or when the start is not a hard-wrapped paste: the same lines, found
             # without a pass over each line of the block (request-logger and access lines are skipped where
             # the search lands, not blanked beforehand; request-logger lines, most of the bytes when request
-            # logging is on, are not even searched)
-            if st.bytes > PASTE_MAX or not _hard_wrapped(decoded):
+            # logging is on, are not even searched). Without hyperscan, access lines are blanked all the same:
+            # one C-level test per line is far cheaper than the keyword regex crawling over them.
+            if (st.bytes > PASTE_MAX or not _hard_wrapped(decoded)) and not prefilter.plain(len(decoded)):
                 gaps = _gaps(decoded, user_spans(decoded))
                 # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
                 index = LineIndex(decoded) if decoded is block else None

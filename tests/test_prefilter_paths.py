@@ -192,3 +192,25 @@ def test_any_in_agrees_with_a_substring_test_per_word(pure, monkeypatch):
     for text in [filler, filler + "error", filler + "pid=", "ERROR" + filler, filler + "é!", filler + "e!"]:
         assert index.any_in(text) == any(w in text for w in words)
     assert (index._hs is not None) == (not pure and keywords.BlockPattern(re.compile(b"x"), 1).accelerated)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_without_hyperscan_a_big_log_is_read_as_with_it(seed, monkeypatch):
+    """Without the `fast` extra, access and request-logger lines are blanked before the keyword regex runs
+    (the regex crawls over them): the same lines come out, with the same numbers, as with hyperscan."""
+    pytest.importorskip("hyperscan")
+    chatter = ("\n".join([ACCESS] * 40 + [REQUEST, STATS, WRAPPED]) + "\n").encode()
+    data = b"".join(_block(s) + chatter * 20 for s in range(seed, seed + 30))
+    assert len(data) > 2 * reader.BLOCK
+
+    def read() -> tuple[list[tuple], Prefilter]:
+        pre = Prefilter([w.decode() for w in prefilter_for(builtin_rules()).keywords])
+        st = ReadStats()
+        got = [(ln.number, ln.text, ln.raw, ln.follow) for ln in reader.read_lines(io.BytesIO(data), pre, None, st)]
+        return [*got, st.lines], pre
+
+    fast, engine = read()
+    monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
+    plain, regex = read()
+    assert engine.accelerated and not regex.accelerated and regex.plain(1)
+    assert plain == fast and len(fast) > 100
