@@ -39,6 +39,7 @@ class KeywordIndex:
         self._hs_tried = False
         self._search: Any = None
         self._calls = 0
+        self._last: tuple[str, list[str]] | None = None  #: the last long text asked and its keywords
 
     def present(self, low: str) -> list[str]:
         """The keywords that occur in `low` (lower-cased text), in index order."""
@@ -47,6 +48,17 @@ class KeywordIndex:
             # a small input: building the trie regex (tens of ms) or loading the database costs more than
             # testing each keyword on its few hundred lines
             return [w for w in self.words if w in low]
+        if len(low) >= LONG_TEXT:
+            # the same long text is often asked again (the matcher's window of one piece of an enormous line,
+            # lower-cased anew): comparing it costs a memcmp, searching it a pass of a megabyte
+            if self._last is not None and self._last[0] == low:
+                return list(self._last[1])
+            found_words = self._present(low)
+            self._last = (low, found_words)
+            return list(found_words)
+        return self._present(low)
+
+    def _present(self, low: str) -> list[str]:
         db = self._db()
         if db is not None:
             found: set[int] = set()

@@ -214,3 +214,19 @@ def test_without_hyperscan_a_big_log_is_read_as_with_it(seed, monkeypatch):
     plain, regex = read()
     assert engine.accelerated and not regex.accelerated and regex.plain(1)
     assert plain == fast and len(fast) > 100
+
+
+def test_a_long_text_asked_again_gets_its_own_keywords():
+    """KeywordIndex.present remembers the last long text: asked again (equal, not the same object) it answers
+    from memory, and any other text, even of the same length, is searched."""
+    from diagnoser import keywords
+
+    index = keywords.KeywordIndex([["error"], ["oom"], ["nccl error"]])
+    pad = "x" * keywords.LONG_TEXT
+    first, other = pad + " nccl error", pad + " cuda oom!!"
+    assert index.present(first) == ["error", "nccl error"]
+    assert index.present("".join([pad, " nccl error"])) == ["error", "nccl error"]
+    assert index.present(other) == ["oom"] and index.present(pad) == []
+    got = index.present(first)
+    got.append("mutated")
+    assert index.present(first) == ["error", "nccl error"]
