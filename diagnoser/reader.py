@@ -77,7 +77,6 @@ PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
-
 def _any_prefix(prefixes: tuple[tuple[str, re.Pattern[str]], ...]) -> re.Pattern[str]:
     """PREFIXES as one alternation, each in a group named after it (its own groups renamed `NAME__GROUP`):
     one C-level match per prefix stripped instead of a Python call per table row. Alternatives are tried in
@@ -218,42 +217,45 @@ def parse_line(number: int, text: str, follow: bool = False) -> Line:
     """Strip and record the prefixes of one clean line."""
     line = Line(number=number, text=text, raw=text, follow=follow)
     rest = text
-    changed = True
     guard = 0
-    while changed and rest and guard < 8:
-        changed = False
+    while rest and guard < 8:
         guard += 1
-        any_m = _PREFIX.match(rest)
-        if any_m is None:
-            break  # no row matches (the common last round: one C-level try)
-        for name, pattern in PREFIXES:
-            if any_m.end() > 0:  # the row that matched (else one matched empty: the loop skips it, as ever)
-                name, m = any_m.lastgroup or "", any_m
-                groups = {group: m.group(full) for full, group in _PREFIX_GROUPS[name]}
-            else:
-                m = pattern.match(rest)
-                if not m or m.end() == 0:
-                    continue
-                groups = m.groupdict()
-            if name == "proc":
-                if line.process is None:
-                    line.process = groups["proc"]
-                    line.pid = int(groups["pid"])
-                    r = RANK_IN_PROC.search(groups["proc"])
-                    if r and line.rank is None:
-                        line.rank = int(r.group(1))
-            elif name == "rank":
-                line.rank = int(groups["rank"])
-            elif name in ("vllm", "uvicorn"):
-                line.level = groups["level"]
-                line.timestamp = groups.get("ts")
-                line.source = groups.get("src") or groups.get("src_old")
-            rest = rest[m.end():]
-            changed = True
+        found = _next_prefix(rest)
+        if found is None:
             break
+        name, m, groups = found
+        if name == "proc":
+            if line.process is None:
+                line.process = groups["proc"]
+                line.pid = int(groups["pid"])
+                r = RANK_IN_PROC.search(groups["proc"])
+                if r and line.rank is None:
+                    line.rank = int(r.group(1))
+        elif name == "rank":
+            line.rank = int(groups["rank"])
+        elif name in ("vllm", "uvicorn"):
+            line.level = groups["level"]
+            line.timestamp = groups.get("ts")
+            line.source = groups.get("src") or groups.get("src_old")
+        rest = rest[m.end():]
     line.text = rest.rstrip()
     line.user_content = _user_content(line.text)
     return line
+
+
+def _next_prefix(rest: str) -> tuple[str, re.Match[str], dict[str, str | None]] | None:
+    """The first PREFIXES row that matches a non-empty start of `rest`: (name, match, its groups)."""
+    m = _PREFIX.match(rest)
+    if m is None:
+        return None  # no row matches (the common last round: one C-level try)
+    if m.end() > 0:
+        name = m.lastgroup or ""
+        return name, m, {group: m.group(full) for full, group in _PREFIX_GROUPS[name]}
+    for name, pattern in PREFIXES:  # a row matched empty: the table's loop skips such a match
+        m = pattern.match(rest)
+        if m and m.end() > 0:
+            return name, m, m.groupdict()
+    return None
 
 
 def _user_content(text: str) -> bool:
