@@ -24,6 +24,7 @@ from . import memory, units
 from .keywords import KeywordIndex
 from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, wrap_tolerant
+from .shaped import MAX_SHAPES, ShapeCache, digit_free, shape_key, shape_safe
 from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
@@ -281,6 +282,9 @@ class Matcher:
             (rule, p, tuple(k.lower() for k in p.keywords)) for rule in self.rules for p in rule.patterns
         ]
         self.index = KeywordIndex(kws for _, _, kws in self.entries)
+        self._shapes = ShapeCache(self.index)
+        #: per line shape, what its single-line window gave each shape-safe pattern (see _shaped)
+        self._shaped_results: dict[bytes, dict[int, Any]] = {}
         self.hits: list[Hit] = []
         self.folds: dict[str, Fold] = {}  #: aggregate rules' hits, folded (advise uses them for the figures)
         self.ev = Evaluator()
@@ -363,7 +367,8 @@ class Matcher:
                 return
             low = line.text.lower()
             entries = self.entries
-            candidates = [entries[i] for i in self.index.matches(low)]
+            key = shape_key(line.text)
+            candidates = [entries[i] for i in self._shapes.matches(line.text, low, key)]
             window: list[Line] | None = None
             if not candidates:
                 # a keyword may be cut in two by a wrap, or sit on the next piece of the message
@@ -385,28 +390,47 @@ class Matcher:
                 lows = [t.lower() for t in texts] if len(window) > 1 else [low]
             processed: list[str] | None = None
             stage = coarse(fine)
-            ctx = self._ctx_source.as_dict(internal=True) if self._ctx_source is not None else {}
+            ctx_dict: dict[str, Any] | None = None
+            # one line alone (no wrapped pieces) of a shape seen before: its patterns' answers are known
+            shaped = self._shaped(key) if len(window) == 1 and len(texts) == 1 else None
             found: dict[str, Hit] = {}  # one hit per rule per line: the most specific pattern wins
             for rule, pattern, kws in candidates:
                 if pattern.stages is not None and stage not in pattern.stages:
                     continue
                 facts: dict[str, Any] = {}
                 if pattern.regex is not None:
-                    m = _on_line(pattern.regex, rule, line.text) if len(window) > 1 else None
-                    m = m or _search(pattern.regex, texts, None)
-                    if m is None and len(window) > 1:
-                        m = _search(_tolerant_of(pattern.regex), texts[:1], None)
-                    if not m:
-                        continue
-                    facts.update(self._typed(rule, m.groupdict()))
+                    if shaped is not None and _safe(pattern.regex):
+                        groups = _groups(shaped, pattern.regex, line.text, lambda p=pattern.regex: p.search(line.text))
+                        if groups is None:
+                            continue
+                        facts.update(self._typed(rule, groups))
+                    else:
+                        m = _on_line(pattern.regex, rule, line.text) if len(window) > 1 else None
+                        m = m or _search(pattern.regex, texts, None)
+                        if m is None and len(window) > 1:
+                            m = _search(_tolerant_of(pattern.regex), texts[:1], None)
+                        if not m:
+                            continue
+                        facts.update(self._typed(rule, m.groupdict()))
                 else:
-                    if processed is None:
-                        processed = [default_process(_focus(t, lw, kws, len(pattern.phrase or "")))
-                                     for t, lw in zip(texts, lows, strict=True)]
-                    if not any(phrase_score(pattern.phrase or "", pr, pattern.threshold) for pr in processed):
+                    cached = shaped.get(id(pattern)) if shaped is not None else None
+                    if cached is None:
+                        if processed is None:
+                            processed = [default_process(_focus(t, lw, kws, len(pattern.phrase or "")))
+                                         for t, lw in zip(texts, lows, strict=True)]
+                        cached = any(phrase_score(pattern.phrase or "", pr, pattern.threshold) for pr in processed)
+                        if shaped is not None and len(line.text) <= 800 and _phrase_safe(pattern, kws):
+                            shaped[id(pattern)] = cached
+                    if not cached:
                         continue
-                extracted = self._extract(rule, texts, line.text if len(window) > 1 else None)
+                if shaped is not None:
+                    extracted = self._extract_shaped(rule, line.text, shaped)
+                else:
+                    extracted = self._extract(rule, texts, line.text if len(window) > 1 else None)
                 facts.update({k: v for k, v in extracted.items() if k not in facts})
+                if ctx_dict is None:  # the context as the rules see it (only once a pattern matched)
+                    ctx_dict = self._ctx_source.as_dict(internal=True) if self._ctx_source is not None else {}
+                ctx = ctx_dict
                 if pattern.when_early and not self.ev.truth(
                         pattern.when, {**template_names(facts, ctx), "level": line.level}):
                     continue  # e.g. a stats line below the saturation threshold: no need to derive anything
@@ -445,6 +469,40 @@ class Matcher:
                 if fold.add(hit):
                     self.hits.append(hit)
 
+    def _shaped(self, key: bytes) -> dict[int, Any]:
+        """The answers known for a line shape: pattern id -> phrase verdict, or a regex's group spans."""
+        found = self._shaped_results.get(key)
+        if found is None:
+            if len(self._shaped_results) >= MAX_SHAPES:
+                self._shaped_results.clear()
+            found = self._shaped_results[key] = {}
+        return found
+
+    def _extract_shaped(self, rule: Rule, text: str, shaped: dict[int, Any]) -> dict[str, Any]:
+        """_extract on a line alone, each shape-safe extractor's spans found once per shape."""
+        facts: dict[str, Any] = {}
+        for ex in rule.extractors:
+            if _safe(ex.pattern):
+                groups = _groups(shaped, ex, text, lambda ex=ex: self._extract_match(ex, text))
+            else:
+                m = self._extract_match(ex, text)
+                groups = None if m is None else m.groupdict()
+            if groups is None:
+                continue
+            for name, value in self._typed(rule, groups).items():
+                facts.setdefault(name, value)
+        return facts
+
+    @staticmethod
+    def _extract_match(ex: Any, text: str) -> Any:
+        """One extractor on a line alone: the regex, else its wrap-tolerant form (as _extract tries them)."""
+        m = ex.pattern.search(text)
+        if m is None and len(text) < WINDOW_CHARS:
+            need = required_literal(ex.pattern.pattern)
+            if not need or need in "".join(text.split()).lower():
+                m = ex.tolerant.search(text)
+        return m
+
     def _extract(self, rule: Rule, texts: tuple[str, ...] | list[str] | str,
                  first_line: str | None = None) -> dict[str, Any]:
         """Facts from the extract regexes: on the first line alone when it holds them whole, else on the
@@ -480,6 +538,34 @@ class Matcher:
             if value is not None and value != "":
                 out[name] = value
         return out
+
+
+_SAFE: dict[int, tuple[Any, bool]] = {}
+
+
+def _safe(pattern: Any) -> bool:
+    """shaped.shape_safe of a compiled regex, once per pattern object."""
+    found = _SAFE.get(id(pattern))
+    if found is None or found[0] is not pattern:
+        found = _SAFE[id(pattern)] = (pattern, shape_safe(pattern.pattern))
+    return found[1]
+
+
+def _phrase_safe(pattern: Pattern, keywords: tuple[str, ...]) -> bool:
+    """A phrase's verdict is the same on every line of one shape when neither the processed phrase nor the
+    keywords that place the focus hold a digit (a digit of the line then never equals one of the phrase)."""
+    return digit_free(default_process(pattern.phrase or ""), *keywords)
+
+
+def _groups(shaped: dict[int, Any], pattern: Any, text: str, search: Any) -> dict[str, str | None] | None:
+    """A match's groupdict on `text`, its spans found once per shape (`search()` gives the match)."""
+    spans = shaped.get(id(pattern), False)
+    if spans is False:
+        m = search()
+        spans = shaped[id(pattern)] = None if m is None else {k: m.span(k) for k in m.groupdict()}
+    if spans is None:
+        return None
+    return {k: (text[a:b] if a != -1 else None) for k, (a, b) in spans.items()}
 
 
 def _continues(first: Line, prev: Line, nxt: Line) -> bool:

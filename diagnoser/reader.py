@@ -780,6 +780,13 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         return
     if starts is None:
         starts = prefilter.hit_lines(block)
+    if index is not None and line_map is None:  # a keyword-dense block: one line shape decides once (shaped.py)
+        from .shaped import dense_lines
+
+        dense = dense_lines(block, first_number, starts, index.at(len(block)), redact, st)
+        if dense is not None:
+            yield from dense
+            return
     if blank is not None:
         starts = [s for s in starts if not blank(block, s)]
     # the first lines of the block may still be owed as follow lines of the previous block

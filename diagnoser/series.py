@@ -27,6 +27,7 @@ from .lazyregex import lazy
 from .metrics import KEYWORDS as METRIC_KEYWORDS
 from .metrics import MetricsReader, Scrape
 from .reader import Line
+from .shaped import ShapePlans
 
 MAX_BUCKETS = 600        #: points kept per engine for charts (each a bucket of raw points)
 MAX_WINDOWS = 100        #: windows listed per detector (all of them are counted)
@@ -567,16 +568,8 @@ class Series:
 
     def _stats(self, line: Line) -> None:
         text = line.text
-        values: dict[str, float] = {}
-        for name, rx in STAT_FIELDS.items():
-            m = rx.search(text)
-            if m:
-                values[name] = float(m.group(1))
-        kv = KV_USAGE.findall(text)
-        if kv:
-            values["kv_pct"] = float(kv[0][1])
-            if len(kv) > 1 and kv[1][0] == "CPU":
-                values["cpu_kv_pct"] = float(kv[1][1])
+        fields, engine_span = _STAT_PLANS(text)
+        values = {name: float(text[a:b]) for name, a, b in fields}
         if "kv_pct" not in values and "running" not in values:
             if "prefix_hit_pct" in values and self.tracks:  # V0's companion line: the interval just logged
                 track = next(iter(self.tracks.values()))
@@ -586,8 +579,7 @@ class Series:
                     track.prefix[2] += 1
                     track.prefix[3] = max(track.prefix[3], values["prefix_hit_pct"])
             return
-        m = ENGINE.search(text)
-        engine = (m.group(1).lstrip("0") or "0") if m and m.group(1) else ("all" if m else "0")
+        engine = engine_span if isinstance(engine_span, str) else (text[engine_span[0]:engine_span[1]].lstrip("0") or "0")
         t = self.clock.of_line(line)
         if t is None:
             self.clock.relative = self.clock.relative or self._last_t is None
@@ -601,6 +593,24 @@ class Series:
         self._take_http(line.number, values)
         self._last_t = t
         self._add(Point(t, engine, values, line))
+
+    @staticmethod
+    def _stat_plan(text: str) -> tuple[list[tuple[str, int, int]], str | tuple[int, int]]:
+        """Where a stats line's values are: (field, start, end) in the order they are read, and the engine
+        ("0", "all", or where its number is). Positions only (digit classes), so one plan serves a shape."""
+        fields = []
+        for name, rx in STAT_FIELDS.items():
+            m = rx.search(text)
+            if m:
+                fields.append((name, m.start(1), m.end(1)))
+        kv = list(KV_USAGE.finditer(text))
+        if kv:
+            fields.append(("kv_pct", kv[0].start(2), kv[0].end(2)))
+            if len(kv) > 1 and kv[1].group(1) == "CPU":
+                fields.append(("cpu_kv_pct", kv[1].start(2), kv[1].end(2)))
+        m = ENGINE.search(text)
+        engine: str | tuple[int, int] = (m.start(1), m.end(1)) if m and m.group(1) else ("all" if m else "0")
+        return fields, engine
 
     def _take_http(self, number: int, values: dict[str, float]) -> None:
         if not self._http_seen:
@@ -754,6 +764,9 @@ class Series:
                 for e, t in sorted(self.tracks.items())
             },
         }
+
+
+_STAT_PLANS = ShapePlans(Series._stat_plan)
 
 
 def _gauges(vals: dict[str, float], prev: dict[str, float] | None, dt: float | None,
