@@ -579,7 +579,7 @@ class Series:
                     track.prefix[2] += 1
                     track.prefix[3] = max(track.prefix[3], values["prefix_hit_pct"])
             return
-        engine = engine_span if isinstance(engine_span, str) else (text[engine_span[0]:engine_span[1]].lstrip("0") or "0")
+        engine = engine_span if isinstance(engine_span, str) else (text[slice(*engine_span)].lstrip("0") or "0")
         t = self.clock.of_line(line)
         if t is None:
             self.clock.relative = self.clock.relative or self._last_t is None

@@ -76,7 +76,6 @@ def _lines(block: bytes, number: int, redact: Callable[[str], str] | None, st: R
         if good and (redact is None or (redactor is not None and redactor._carry is None)):
             m = plain(raw)
             if m is not None:  # always, for a good shape; a guard all the same
-                text = raw.decode("ascii")
                 yield _fast_line(number, raw, m)
                 continue
         fresh = redact is None or (redactor is not None and redactor._carry is None)

@@ -21,8 +21,8 @@ from . import datafiles, serve_args
 from .keywords import KeywordIndex
 from .lazyregex import lazy
 from .reader import Line
-from .shaped import ShapeCache, ShapePlans
 from .releases import default, engine_for, parse_version
+from .shaped import ShapeCache, ShapePlans
 from .stages import coarse, order
 
 #: Frames that only say "inside the engine's start-up" (data/landmarks.yaml frames.engine_init)
