@@ -52,11 +52,14 @@ class Hit:
     evidence: list[Line] = field(default_factory=list)
 
 
+_SPACES = re.compile(r"\s+")
+
+
 def type_fact(kind: str | None, raw: str) -> Any:
     """Typed value of one captured group; None when it does not parse (the fact is then absent)."""
     raw = raw.strip()
     if kind == "str":
-        return re.sub(r"\s+", " ", raw)
+        return _SPACES.sub(" ", raw)
     if kind == "list":
         return [p.strip(" '\"") for p in re.split(r"[,\s]+", raw) if p.strip(" '\"")]
     if kind in ("size",):
@@ -64,9 +67,9 @@ def type_fact(kind: str | None, raw: str) -> Any:
     if kind == "bytes":
         n = to_number(raw.replace(" ", ""))
         return None if n is None else n / memory.GIB
-    n = to_number(re.sub(r"\s+", "", raw))
+    n = to_number(_SPACES.sub("", raw))
     if n is None:
-        return None if kind in ("int", "float", "gib") else re.sub(r"\s+", " ", raw)
+        return None if kind in ("int", "float", "gib") else _SPACES.sub(" ", raw)
     if kind == "int":
         return int(n)
     if kind in ("float", "gib"):
@@ -428,13 +431,14 @@ class Matcher:
                 else:
                     extracted = self._extract(rule, texts, line.text if len(window) > 1 else None)
                 facts.update({k: v for k, v in extracted.items() if k not in facts})
-                if ctx_dict is None:  # the context as the rules see it (only once a pattern matched)
+                late_when = pattern.when if pattern.when and not pattern.when_early else None
+                if ctx_dict is None and (pattern.when or rule.when or "last_stats" in rule.facts):
+                    # the context as the rules see it: only for a matched pattern that reads it
                     ctx_dict = self._ctx_source.as_dict(internal=True) if self._ctx_source is not None else {}
-                ctx = ctx_dict
+                ctx = ctx_dict or {}
                 if pattern.when_early and not self.ev.truth(
                         pattern.when, {**template_names(facts, ctx), "level": line.level}):
                     continue  # e.g. a stats line below the saturation threshold: no need to derive anything
-                late_when = pattern.when if pattern.when and not pattern.when_early else None
                 if late_when or rule.when:  # derived facts are only for these tests here (advise derives again)
                     names = derive_facts(rule, facts, ctx, self.ev, stage)
                     scope = {**template_names(names, ctx), "level": line.level}
@@ -458,7 +462,8 @@ class Matcher:
         if not any(h.rule.aggregate for h in hits):
             self.hits.extend(hits)
             return
-        live = {id(h) for h in drop_shadowed(hits)}  # the advisor drops the others (shadowing is per line)
+        # the advisor drops the shadowed ones (shadowing is per line; one hit shadows nothing)
+        live = {id(h) for h in (hits if len(hits) == 1 else drop_shadowed(hits))}
         for hit in hits:
             if not hit.rule.aggregate:
                 self.hits.append(hit)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import datetime
 import math
 import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from .keywords import BlockPattern
@@ -85,10 +87,21 @@ def vllm_time_seconds(text: str, year: int = 2000) -> float | None:
     if not m:
         return None
     mo, d, h, mi, s = (int(g) for g in m.groups())
+    days = _month_start(year, mo)
+    # calendar.timegm's own arithmetic (linear in the day and the time), the month's start computed once
+    return None if days is None else float((((days + d - 1) * 24 + h) * 60 + mi) * 60 + s)
+
+
+@lru_cache(maxsize=1024)
+def _month_start(year: int, month: int) -> int | None:
+    """Days from the epoch to a month's first day (None: no such month), as calendar.timegm counts them."""
     try:
-        return float(calendar.timegm((year, mo, d, h, mi, s, 0, 0, 0)))
+        return datetime.date(year, month, 1).toordinal() - _EPOCH_ORDINAL
     except (ValueError, OverflowError):
         return None
+
+
+_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
 
 
 class Clock:
@@ -174,14 +187,18 @@ class Buckets:
                 last = self.items[-1]
         last["t1"] = t
         last["n"] += 1
+        f, isfinite = last["f"], math.isfinite
         for name, v in values.items():
-            if v is None or not math.isfinite(v):
+            if v is None or not isfinite(v):
                 continue
-            agg = last["f"].get(name)
+            agg = f.get(name)
             if agg is None:
-                last["f"][name] = [v, v, v, 1]
-            else:
-                agg[0], agg[1] = min(agg[0], v), max(agg[1], v)
+                f[name] = [v, v, v, 1]
+            else:  # min() and max() without the calls: the first of equals stays, as they keep it
+                if v < agg[0]:
+                    agg[0] = v
+                if v > agg[1]:
+                    agg[1] = v
                 agg[2] += v
                 agg[3] += 1
 
@@ -510,9 +527,9 @@ class Series:
         if "throughput" in text or "KV cache usage" in text or "RUNNING:" in text:
             self._stats(line)
         elif "is preempted by" in text:
-            m = V0_PREEMPTED.search(text)
-            if m:
-                total = int(m.group(1)) if m.group(1) else self._v0_total + 1
+            span = _V0_PLANS(text)
+            if span is not None:
+                total = int(text[span[0]:span[1]]) if span[0] != -1 else self._v0_total + 1
                 self._v0_pending += max(total - self._v0_total, 0)
                 self._v0_total = max(total, self._v0_total)
 
@@ -767,6 +784,8 @@ class Series:
 
 
 _STAT_PLANS = ShapePlans(Series._stat_plan)
+#: where a V0 preemption warning's cumulative count is: None (no warning), (-1, -1) (no count), or its span
+_V0_PLANS = ShapePlans(lambda text: (m.span(1) if (m := V0_PREEMPTED.search(text)) else None))
 
 
 def _gauges(vals: dict[str, float], prev: dict[str, float] | None, dt: float | None,

@@ -41,7 +41,15 @@ def shape_key(text: str) -> bytes:
     >>> shape_key("Running: 12 reqs, 3.5%") == shape_key("Running: 47 reqs, 9.1%")
     True
     """
-    return text.encode("utf-8", "surrogatepass").translate(ZEROS)
+    global _last
+    if text is _last[0]:  # the tracker, the series and the matcher ask about the same line in turn
+        return _last[1]
+    key = text.encode("utf-8", "surrogatepass").translate(ZEROS)
+    _last = (text, key)
+    return key
+
+
+_last: tuple[str | None, bytes] = (None, b"")
 
 
 def dense_lines(block: bytes, first_number: int, starts: list[int], lines: int, redact: Callable[[str], str] | None,
