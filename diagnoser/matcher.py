@@ -337,6 +337,19 @@ class Matcher:
         self.hits.extend(hits)
         return hits
 
+    def series_keep(self, kind: str, facts: dict[str, Any]) -> bool:
+        """Whether a rule's `series: KIND` entry may report a window with these facts of its own (the series
+        asks as each window closes, and holds only those): True when an entry's `when` is true, or reads
+        what only the end of the log tells (the serving time, the context, the window's listing)."""
+        for rule, pattern, _ in self.entries:
+            if pattern.series != kind:
+                continue
+            if not pattern.when or rule.when or not _window_local(pattern.when):
+                return True
+            if self.ev.truth(pattern.when, template_names(facts, {})):
+                return True
+        return False
+
     @property
     def held(self) -> int:
         """Lines waiting for their window (live mode matches them with finish() once the input is idle)."""
@@ -543,6 +556,18 @@ class Matcher:
             if value is not None and value != "":
                 out[name] = value
         return out
+
+
+#: Names a series `when` may read that are only known at the end: the serving and saturated time, the source,
+#: the window's listing and time labels (the clock learns the year late), the context, the facts as a whole.
+_LATE_NAMES = frozenset({"_serving_seconds", "_saturated_seconds", "source", "_window", "start", "end", "ctx",
+                         "facts"})
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _window_local(source: str) -> bool:
+    """Whether an expression reads nothing of _LATE_NAMES (any word counts, quoted or not: a safe guess)."""
+    return not _LATE_NAMES.intersection(_NAME.findall(source))
 
 
 _SAFE: dict[int, tuple[Any, bool]] = {}

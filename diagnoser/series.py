@@ -18,8 +18,9 @@ import contextlib
 import datetime
 import math
 import re
+from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -249,6 +250,8 @@ class Window:
     preemptions: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     _peak_score: float = -1.0
+    index: int = 0          #: the detector's count of windows before this one (in its engine)
+    dropped: bool = False   #: no rule can report it: kept (without lines) only for the JSON's first windows
 
     @property
     def seconds(self) -> float:
@@ -441,14 +444,52 @@ def _median(values: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+#: Whether a rule may report a closed window: (kind, facts of the window alone) -> False when none can.
+WindowFilter = Callable[[str, dict[str, Any]], bool]
+
+
+class Windows(list):  # type: ignore[type-arg]
+    """One detector's closed windows, in order. A window that no rule can report (its `when` is false on the
+    window's own facts) is counted, and kept (without its lines) only if it is among the first MAX_WINDOWS
+    that the JSON lists: a stats-only log of any length holds a bounded number of windows."""
+
+    def __init__(self, kind: str, keep: WindowFilter | None) -> None:
+        super().__init__()
+        self.kind, self.keep = kind, keep
+        self.total = 0
+        self.seconds = array("d")  #: every window's length in order (saturated_seconds sums them)
+
+    def append(self, w: Window) -> None:  # type: ignore[override]
+        w.index = self.total
+        self.total += 1
+        if self.kind == "saturation":
+            self.seconds.append(w.seconds)
+        if self.keep is not None and not self.keep(self.kind, window_facts(w, None, {}, None)):
+            if w.index >= MAX_WINDOWS:
+                return
+            w.dropped, w.first_line, w.peak_line = True, None, None
+        super().append(w)
+
+
+def window_facts(w: Window, clock: Clock | None, common: dict[str, Any], listed: dict[str, Any] | None
+                 ) -> dict[str, Any]:
+    """What a rule's `series:` entry sees of one window (`clock` None: the labels are not known yet)."""
+    d = w.as_dict(clock if clock is not None else Clock())
+    return {**common, **{k: v for k, v in w.extra.items() if not k.startswith("_")},
+            "_window": listed, "seconds": d["seconds"], "start": d["start"], "end": d["end"],
+            "points": w.points, "kv_usage_pct": d["peak_kv_usage_pct"], "waiting": d["max_waiting"],
+            "running": int(w.max_running), "series_preemptions": d["preemptions"], "engine": w.engine,
+            "_finished": w.extra.get("_finished", 0.0), "_interval": w.step}
+
+
 class Track:
     """One engine's series: its downsampled points, its detectors and its totals."""
 
-    def __init__(self, engine: str) -> None:
+    def __init__(self, engine: str, keep: WindowFilter | None = None) -> None:
         self.engine = engine
         self.buckets = Buckets()
-        self.windows: dict[str, list[Window]] = {k: [] for k in
-                                                 ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
+        self.windows: dict[str, Windows] = {k: Windows(k, keep) for k in
+                                            ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
         self.sat = _Saturation(self.windows["saturation"])
         self.detectors = [self.sat, _QueueGrowth(self.windows["queue-growth"]),
                           _Collapse(self.windows["throughput-collapse"]), _Errors(self.windows["error-burst"])]
@@ -496,8 +537,9 @@ class Track:
 class Series:
     """The serving phase of one input, fed line by line (and raw blocks, for access lines)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: WindowFilter | None = None) -> None:
         self.clock = Clock()
+        self.keep = keep  #: which closed windows a rule may report (the others are counted, not held)
         self.tracks: dict[str, Track] = {}
         self.metrics = MetricsReader()
         self._pending_http: deque[tuple[int, int, dict[str, int]]] = deque()  # (stats line no., requests, codes)
@@ -678,7 +720,7 @@ class Series:
     def _add(self, p: Point) -> None:
         track = self.tracks.get(p.engine)
         if track is None:
-            track = self.tracks[p.engine] = Track(p.engine)
+            track = self.tracks[p.engine] = Track(p.engine, self.keep)
         track.add(p)
 
     # -- results -------------------------------------------------------------------------------------
@@ -730,7 +772,7 @@ class Series:
 
     @property
     def saturated_seconds(self) -> float:
-        return sum(w.seconds for t in self.tracks.values() for w in t.windows["saturation"])
+        return sum(s for t in self.tracks.values() for s in t.windows["saturation"].seconds)
 
     def windows(self, kind: str) -> Iterator[Window]:
         for track in self.tracks.values():
@@ -751,22 +793,26 @@ class Series:
                          "engine": track.engine, "peak_kv_usage_pct": track.peak.get("kv_pct")}
                 yield facts, [track.first_line] if track.first_line else []
             return
-        windows = list(self.windows(kind))
         if self.serving_seconds and all(t.points <= 1 for t in self.tracks.values()):
             common["_serving_seconds"] = 0.0  # one scrape: the state now, no time to share out
-        for i, w in enumerate(windows):
-            d = w.as_dict(self.clock)
-            timed = self.tracks[w.engine].points > 1
-            listed = {k: v for k, v in d.items() if not k.startswith("_")} if i < MAX_WINDOWS and timed else None
-            facts = {**common, **{k: v for k, v in w.extra.items() if not k.startswith("_")},
-                     "_window": listed, "seconds": d["seconds"], "start": d["start"], "end": d["end"],
-                     "points": w.points, "kv_usage_pct": d["peak_kv_usage_pct"], "waiting": d["max_waiting"],
-                     "running": int(w.max_running), "series_preemptions": d["preemptions"], "engine": w.engine,
-                     "_finished": w.extra.get("_finished", 0.0), "_interval": w.step}
-            evidence = [w.first_line] if w.first_line is not None else []
-            if w.peak_line is not None and w.peak_line is not w.first_line:
-                evidence.append(w.peak_line)
-            yield facts, evidence
+        offset = 0  # windows of the engines before (numbered across engines, as they are listed)
+        for track in self.tracks.values():
+            ws = track.windows.get(kind)
+            if ws is None:
+                continue
+            for w in ws:
+                if not w.dropped:
+                    yield self._candidate(w, offset + w.index, common)
+            offset += ws.total
+
+    def _candidate(self, w: Window, i: int, common: dict[str, Any]) -> tuple[dict[str, Any], list[Line]]:
+        d = w.as_dict(self.clock)
+        timed = self.tracks[w.engine].points > 1
+        listed = {k: v for k, v in d.items() if not k.startswith("_")} if i < MAX_WINDOWS and timed else None
+        evidence = [w.first_line] if w.first_line is not None else []
+        if w.peak_line is not None and w.peak_line is not w.first_line:
+            evidence.append(w.peak_line)
+        return window_facts(w, self.clock, common, listed), evidence
 
     def to_dict(self) -> dict[str, Any]:
         """The `series` object of the JSON report: downsampled points and windows per engine."""
