@@ -499,6 +499,21 @@ class Matcher:
     def _extract_shaped(self, rule: Rule, text: str, shaped: dict[int, Any]) -> dict[str, Any]:
         """_extract on a line alone, each shape-safe extractor's spans found once per shape."""
         facts: dict[str, Any] = {}
+        spans = shaped.get(id(rule.extractors))
+        if spans is not None:  # every extractor is shape-safe: where each one's groups are, in order
+            for found in spans:
+                groups = {k: (text[a:b] if a != -1 else None) for k, (a, b) in found.items()}
+                for name, value in self._typed(rule, groups).items():
+                    facts.setdefault(name, value)
+            return facts
+        if rule.extractors and all(_safe(ex.pattern) for ex in rule.extractors):
+            spans = []
+            for ex in rule.extractors:
+                m = self._extract_match(ex, text)
+                if m is not None:
+                    spans.append({k: m.span(k) for k in m.groupdict()})
+            shaped[id(rule.extractors)] = spans
+            return self._extract_shaped(rule, text, shaped)
         for ex in rule.extractors:
             if _safe(ex.pattern):
                 groups = _groups(shaped, ex, text, lambda ex=ex: self._extract_match(ex, text))

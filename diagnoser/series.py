@@ -359,14 +359,16 @@ class _Collapse:
         self.out, self.open = out, None
         self.history: deque[tuple[float, float]] = deque(maxlen=COLLAPSE_HISTORY)
         self.ref: tuple[float, float] = (0.0, 0.0)
+        self._ref_stale = True  # the history changed since self.ref was taken from it
         self.causes: dict[str, int] = {}
 
     def feed(self, p: Point, step: float) -> None:
         if "gen_tps" not in p.values:
             return
         gen, load = p.get("gen_tps"), p.get("running") + p.get("waiting")
-        if self.open is None and len(self.history) == COLLAPSE_HISTORY:
+        if self.open is None and len(self.history) == COLLAPSE_HISTORY and self._ref_stale:
             self.ref = (_median([g for g, _ in self.history]), _median([ld for _, ld in self.history]))
+            self._ref_stale = False
         ref_gen, ref_load = self.ref
         low = len(self.history) == COLLAPSE_HISTORY and ref_gen >= 50 and gen < 0.5 * ref_gen \
             and load > 0 and load >= 0.75 * ref_load
@@ -374,6 +376,7 @@ class _Collapse:
             self._close()
             if load > 0:
                 self.history.append((gen, load))
+                self._ref_stale = True
             return
         w = self.open
         if w is None:

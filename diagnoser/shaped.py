@@ -122,18 +122,22 @@ class ShapeCache:
         self.index = index
         self._digits = [w for w in index.words if any(c.isdigit() for c in w)]
         self._digit_set = set(self._digits)
-        self._cache: dict[bytes, list[str]] = {}
+        self._cache: dict[bytes, tuple[list[str], list[str]]] = {}
 
     def matches(self, text: str, low: str | None = None, key: bytes | None = None) -> list[int]:
         low = text.lower() if low is None else low
         key = shape_key(text) if key is None else key
-        words = self._cache.get(key)
-        if words is None:
+        cached = self._cache.get(key)
+        if cached is None:
             if len(self._cache) >= MAX_SHAPES:
                 self._cache.clear()
             present = self.index.present(low)
-            words = self._cache[key] = [w for w in present if w not in self._digit_set]
-        found = [*words, *(w for w in self._digits if w in low)]
+            # a keyword with digits can only be where the shape has its shape: tested on each line, if at all
+            low_key = shape_key(low)
+            cached = self._cache[key] = ([w for w in present if w not in self._digit_set],
+                                         [w for w in self._digits if shape_key(w) in low_key])
+        words, maybe = cached
+        found = [*words, *(w for w in maybe if w in low)] if maybe else words
         return self.index.owners(found) if found else []
 
 
