@@ -293,6 +293,7 @@ class Matcher:
         self.ev = Evaluator()
         self._pending: deque[tuple[Line, str | None]] = deque()
         self._ctx_source = ctx_source  # an object with .as_dict() (the tracker's Context)
+        self._series_entries: dict[str, list[tuple[Rule, Pattern]]] | None = None  # by window kind
 
     def feed(self, line: Line, fine_stage: str | None) -> None:
         self._pending.append((line, fine_stage))
@@ -341,9 +342,12 @@ class Matcher:
         """Whether a rule's `series: KIND` entry may report a window with these facts of its own (the series
         asks as each window closes, and holds only those): True when an entry's `when` is true, or reads
         what only the end of the log tells (the serving time, the context, the window's listing)."""
-        for rule, pattern, _ in self.entries:
-            if pattern.series != kind:
-                continue
+        if self._series_entries is None:
+            self._series_entries = {}
+            for rule, pattern, _ in self.entries:
+                if pattern.series is not None:
+                    self._series_entries.setdefault(pattern.series, []).append((rule, pattern))
+        for rule, pattern in self._series_entries.get(kind, ()):
             if not pattern.when or rule.when or not _window_local(pattern.when):
                 return True
             if self.ev.truth(pattern.when, template_names(facts, {})):

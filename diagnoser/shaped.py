@@ -122,7 +122,7 @@ class ShapeCache:
         self.index = index
         self._digits = [w for w in index.words if any(c.isdigit() for c in w)]
         self._digit_set = set(self._digits)
-        self._cache: dict[bytes, tuple[list[str], list[str]]] = {}
+        self._cache: dict[bytes, tuple[list[str], list[str], list[int]]] = {}
 
     def matches(self, text: str, low: str | None = None, key: bytes | None = None) -> list[int]:
         low = text.lower() if low is None else low
@@ -134,10 +134,13 @@ class ShapeCache:
             present = self.index.present(low)
             # a keyword with digits can only be where the shape has its shape: tested on each line, if at all
             low_key = shape_key(low)
-            cached = self._cache[key] = ([w for w in present if w not in self._digit_set],
-                                         [w for w in self._digits if shape_key(w) in low_key])
-        words, maybe = cached
-        found = [*words, *(w for w in maybe if w in low)] if maybe else words
+            words = [w for w in present if w not in self._digit_set]
+            cached = self._cache[key] = (words, [w for w in self._digits if shape_key(w) in low_key],
+                                         self.index.owners(words) if words else [])
+        words, maybe, owners = cached
+        if not maybe:
+            return owners
+        found = [*words, *(w for w in maybe if w in low)]
         return self.index.owners(found) if found else []
 
 
