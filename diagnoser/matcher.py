@@ -10,6 +10,7 @@ so a number split by a wrap still reads whole). A hit remembers the line's stage
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import re
@@ -294,6 +295,7 @@ class Matcher:
         self._pending: deque[tuple[Line, str | None]] = deque()
         self._ctx_source = ctx_source  # an object with .as_dict() (the tracker's Context)
         self._series_entries: dict[str, list[tuple[Rule, Pattern]]] | None = None  # by window kind
+        self._window_verdicts: dict[tuple[str, tuple[Any, ...]], bool] = {}
 
     def feed(self, line: Line, fine_stage: str | None) -> None:
         self._pending.append((line, fine_stage))
@@ -350,9 +352,24 @@ class Matcher:
         for rule, pattern in self._series_entries.get(kind, ()):
             if not pattern.when or rule.when or not _window_local(pattern.when):
                 return True
-            if self.ev.truth(pattern.when, template_names(facts, {})):
+            if self._window_truth(pattern.when, facts):
                 return True
         return False
+
+    def _window_truth(self, source: str, facts: dict[str, Any]) -> bool:
+        """A window-local `when` on a window's facts, remembered by the values of the names it reads (a long
+        series repeats a few: `points >= 3 and running >= 8` sees small counts)."""
+        # (the type too: 3 and 3.0 are equal keys, and an expression may tell them apart)
+        key = (source, tuple((v, type(v)) for v in (facts.get(n, _ABSENT) for n in _names(source))))
+        try:
+            found = self._window_verdicts.get(key)
+        except TypeError:  # a value that is a dict or a list: evaluated each time
+            return self.ev.truth(source, template_names(facts, {}))
+        if found is None:
+            if len(self._window_verdicts) >= MAX_SHAPES:
+                self._window_verdicts.clear()
+            found = self._window_verdicts[key] = self.ev.truth(source, template_names(facts, {}))
+        return found
 
     @property
     def held(self) -> int:
@@ -586,7 +603,16 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 
 def _window_local(source: str) -> bool:
     """Whether an expression reads nothing of _LATE_NAMES (any word counts, quoted or not: a safe guess)."""
-    return not _LATE_NAMES.intersection(_NAME.findall(source))
+    return not _LATE_NAMES.intersection(_names(source))
+
+
+_ABSENT = object()
+
+
+@functools.lru_cache(maxsize=256)
+def _names(source: str) -> tuple[str, ...]:
+    """Every word of an expression: a superset of the names it reads (the rest are constants to it)."""
+    return tuple(sorted(set(_NAME.findall(source))))
 
 
 _SAFE: dict[int, tuple[Any, bool]] = {}

@@ -81,6 +81,7 @@ BLOCK_ERROR = BlockPattern(re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b'),
 NEW_YEAR_GAP = 180 * 86400
 
 
+@lru_cache(maxsize=4096)  # a dense log repeats each second on several lines
 def vllm_time_seconds(text: str, year: int = 2000) -> float | None:
     """vLLM's year-less header time as seconds since the epoch, in `year`: '01-18 20:15:59' -> 948226559.0
     (year 2000, a leap year, so 02-29 parses); None for another shape or an impossible date."""
@@ -261,10 +262,11 @@ class Window:
         self.step = min(self.step, step)
         self.end = p.t
         self.points += 1
-        self.peak_kv = max(self.peak_kv, p.get("kv_pct"))
-        self.max_waiting = max(self.max_waiting, p.get("waiting"))
-        self.max_running = max(self.max_running, p.get("running"))
-        self.preemptions += p.get("preemptions")
+        get = p.values.get  # Point.get without the call: a point's values are never None
+        self.peak_kv = max(self.peak_kv, get("kv_pct", 0.0))
+        self.max_waiting = max(self.max_waiting, get("waiting", 0.0))
+        self.max_running = max(self.max_running, get("running", 0.0))
+        self.preemptions += get("preemptions", 0.0)
         if score > self._peak_score and p.line is not None:
             self._peak_score, self.peak_line = score, p.line
 
@@ -285,8 +287,9 @@ class _Saturation:
         self.out, self.open, self.seconds = out, None, 0.0
 
     def feed(self, p: Point, step: float) -> None:
-        hot = (p.get("kv_pct") >= SATURATED_KV_PCT and p.get("waiting") > 0) or p.get("preemptions") > 0 \
-            or p.get("swapped") > 0
+        get = p.values.get
+        hot = (get("kv_pct", 0.0) >= SATURATED_KV_PCT and get("waiting", 0.0) > 0) or get("preemptions", 0.0) > 0 \
+            or get("swapped", 0.0) > 0
         w = self.open
         if w is not None and p.t - w.end > MERGE_GAP:
             self._close()
@@ -365,7 +368,8 @@ class _Collapse:
     def feed(self, p: Point, step: float) -> None:
         if "gen_tps" not in p.values:
             return
-        gen, load = p.get("gen_tps"), p.get("running") + p.get("waiting")
+        get = p.values.get
+        gen, load = get("gen_tps", 0.0), get("running", 0.0) + get("waiting", 0.0)
         if self.open is None and len(self.history) == COLLAPSE_HISTORY and self._ref_stale:
             self.ref = (_median([g for g, _ in self.history]), _median([ld for _, ld in self.history]))
             self._ref_stale = False
@@ -385,9 +389,9 @@ class _Collapse:
             self.causes = {}
         w.add(p, -gen, step)
         w.extra["_gen"] += gen
-        cause = ("swapping" if p.get("swapped") > 0 or p.get("cpu_kv_pct") > 0 else
-                 "preemption" if p.get("preemptions") > 0 or p.get("kv_pct") >= SATURATED_KV_PCT else
-                 "stuck engine" if gen == 0 and p.get("running") > 0 else "unknown")
+        cause = ("swapping" if get("swapped", 0.0) > 0 or get("cpu_kv_pct", 0.0) > 0 else
+                 "preemption" if get("preemptions", 0.0) > 0 or get("kv_pct", 0.0) >= SATURATED_KV_PCT else
+                 "stuck engine" if gen == 0 and get("running", 0.0) > 0 else "unknown")
         self.causes[cause] = self.causes.get(cause, 0) + 1
 
     def _close(self) -> None:
