@@ -1,16 +1,22 @@
-"""Keyword-dense logs at speed: a line's *shape* (its bytes with every digit read as 0) decides once.
+r"""Keyword-dense logs at speed: a line's *shape* (its bytes with every digit read as 0) decides once.
 
-A log where every line carries a keyword (a stats line every interval, a V0 preemption storm) is read line by
-line at the slow path's pace (decode, clean, redact, split, prefix stripping, then the tracker's and the
-matcher's keyword tests). Those lines repeat a few shapes whose only variable parts are numbers, and every
-decision of that path depends on a digit's class and position, never on its value: each regex of the reader
-and redactor uses digit classes (`\\d`, `[0-9]{1,3}`), and the keywords and secret hints that hold no digit
-occur at the same places in two lines of one shape. So the first line of each shape goes the slow way, and
-when its result is what the fast construction gives (one Line, the vLLM header fields, no redaction, no split)
-the shape is marked good: the rest of its lines are built directly from one header match.
+A log where every line carries a keyword (a stats line every interval, a V0 preemption storm) went line by
+line through the slow path (decode, clean, redact, split, strip prefixes, then the tracker's and the matcher's
+keyword tests and regexes) at 200-400 us a line. Such lines repeat a few shapes whose only variable parts are
+numbers, and what that path decides for a line that starts with vLLM's header depends on where its digits are,
+not on their values: the cleaning, splitting and prefix regexes use digit classes (`\d`, `[0-9]{1,3}`; the
+one literal digit, RFC 5424's version, can only start a line), the secret hints and the keywords without a
+digit occur at the same places in every line of a shape, and an access line's status (`HTTP/[12]`) is never
+asked (a block with ` HTTP/` goes the general way). So:
 
-`ShapeCache` does the same for keyword lookups (the tracker's landmarks, the matcher's rules): the keywords
-without digits found in a shape are cached, those with digits are tested on each line.
+- the reader (`dense_lines`): the first line of each shape in a block of keyword lines only goes the slow way;
+  when that gave exactly the Line built from one header match (nothing redacted, nothing split), the shape is
+  marked good and its other lines are built directly;
+- `ShapeCache`: which keywords a shape holds (the tracker's landmarks, the matcher's rules), those with a
+  digit tested on the lines where the shape allows them;
+- `ShapePlans`: where a stats line's numbers are (series, tracker), sliced out of each line;
+- `shape_safe`: which rule regexes find the same spans in every line of a shape (the matcher then finds them
+  once per shape; a regex that reads a digit's value, `[1-9]`, `700`, is searched on every line).
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ def shape_key(text: str) -> bytes:
     True
     """
     global _last
-    if text is _last[0]:  # the tracker, the series and the matcher ask about the same line in turn
-        return _last[1]
+    last = _last  # one read: another thread (a scan's) may replace it
+    if text is last[0]:  # the tracker, the series and the matcher ask about the same line in turn
+        return last[1]
     key = text.encode("utf-8", "surrogatepass").translate(ZEROS)
     _last = (text, key)
     return key
