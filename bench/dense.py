@@ -28,11 +28,11 @@ from synthlog import DENSE, write_dense
 from throughput import MAXRSS_UNIT, MB, OUT, doctor_command, prefilter_keywords, run_measured
 
 
-def run_cpu(cmd: list[str], out: Path, env: dict | None = None) -> tuple[float, float, float]:
+def run_cpu(cmd: list[str], out: Path, env: dict | None = None, cwd: Path | None = None) -> tuple[float, float, float]:
     """One fresh process: (wall s, user + system CPU s, peak RSS MB)."""
     with open(out, "wb") as fh:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -53,12 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     keywords.write_text("\n".join(prefilter_keywords()) + "\n")
     print(f"{'log':<18} {'MB':>6} {'lines':>9} {'doctor s':>9} {'CPU s':>7} {'grep s':>8} {'ratio':>7} "
           f"{'RSS MB':>7} {'same':>5}  load")
-    runs = [("", doctor_command(), None)]
+    def checkout(folder: Path) -> tuple[list[str], dict, Path]:
+        # run from the checkout: `python -m` puts the working folder first on sys.path
+        return [sys.executable, "-m", "diagnoser"], {**os.environ, "PYTHONPATH": str(folder.resolve())}, folder
+    runs = [("", doctor_command(), None, None)]
     if args.after:
-        runs = [("", [sys.executable, "-m", "diagnoser"], {**os.environ, "PYTHONPATH": str(args.after.resolve())})]
+        runs = [("", *checkout(args.after))]
     if args.before:
-        env = {**os.environ, "PYTHONPATH": str(args.before.resolve())}
-        runs.insert(0, (" before", [sys.executable, "-m", "diagnoser"], env))
+        runs.insert(0, (" before", *checkout(args.before)))
     for kind in args.kind or DENSE:
         path = OUT / f"dense-{kind}-{args.size_mb:g}MB.log"
         meta = write_dense(path, kind, args.size_mb)
@@ -66,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
             while fh.read(1 << 24):
                 pass
         rows = []
-        for label, cmd, env in runs:
+        for label, cmd, env, cwd in runs:
             doc, cpu, rss = [], [], []
             report = OUT / f"dense-report{label.strip()}.json"
             for _ in range(args.repeat):
-                wall, used, peak = run_cpu([*cmd, "--format", "json", str(path)], report, env)
+                wall, used, peak = run_cpu([*cmd, "--format", "json", str(path)], report, env, cwd)
                 doc.append(wall)
                 cpu.append(used)
                 rss.append(peak)
