@@ -1,22 +1,42 @@
 #!/usr/bin/env python3
 """Keyword-dense logs (issue 16 items 10 and 12): the doctor against grep on logs where every line matches.
 
-    python bench/dense.py                       # 20 MB each of: V0 preemption storm, stats lines only, one line
+    python bench/dense.py                       # 20 MB each of: V0 preemption storm, V0 / V1 stats lines only, one line
     python bench/dense.py --size-mb 100 --kind long-line
+    python bench/dense.py --size-mb 100 --kind stats --before ../main   # also another checkout's code, same run
 
 Each log comes from synthlog.write_dense into bench/out/ (deleted afterwards unless --keep). Printed per log:
 the doctor's and grep's wall time (grep -F -i -c -f with the doctor's own keywords, faster locale of C and
 C.UTF-8), the ratio of their speeds, and the doctor's peak RSS (a fresh process each, as throughput.py does).
+With --before DIR the code in DIR (`python -m diagnoser` with DIR on PYTHONPATH) runs on the same log right
+before, its row marked `before`, and `same` says whether both printed the same JSON report. CPU s is the
+process's user + system time (on a loaded machine it moves less than the wall time).
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
+import os
 import statistics
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 from synthlog import DENSE, write_dense
-from throughput import OUT, doctor_command, prefilter_keywords, run_measured
+from throughput import MAXRSS_UNIT, MB, OUT, doctor_command, prefilter_keywords, run_measured
+
+
+def run_cpu(cmd: list[str], out: Path, env: dict | None = None, cwd: Path | None = None) -> tuple[float, float, float]:
+    """One fresh process: (wall s, user + system CPU s, peak RSS MB)."""
+    with open(out, "wb") as fh:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * MAXRSS_UNIT / MB
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,32 +45,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", choices=DENSE, action="append", help="repeatable; default all")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--before", type=Path, help="a checkout of the code before (its folder holds diagnoser/)")
+    ap.add_argument("--after", type=Path, help="a checkout to measure instead of the installed doctor")
     args = ap.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     keywords = OUT / "keywords.txt"
     keywords.write_text("\n".join(prefilter_keywords()) + "\n")
-    print(f"{'log':<12} {'MB':>6} {'lines':>9} {'doctor s':>9} {'grep s':>8} {'ratio':>7} {'RSS MB':>7}")
+    print(f"{'log':<18} {'MB':>6} {'lines':>9} {'doctor s':>9} {'CPU s':>7} {'grep s':>8} {'ratio':>7} "
+          f"{'RSS MB':>7} {'same':>5}  load")
+    def checkout(folder: Path) -> tuple[list[str], dict, Path]:
+        # run from the checkout: `python -m` puts the working folder first on sys.path
+        return [sys.executable, "-m", "diagnoser"], {**os.environ, "PYTHONPATH": str(folder.resolve())}, folder
+    runs = [("", doctor_command(), None, None)]
+    if args.after:
+        runs = [("", *checkout(args.after))]
+    if args.before:
+        runs.insert(0, (" before", *checkout(args.before)))
     for kind in args.kind or DENSE:
         path = OUT / f"dense-{kind}-{args.size_mb:g}MB.log"
         meta = write_dense(path, kind, args.size_mb)
         with open(path, "rb") as fh:  # page cache warm
             while fh.read(1 << 24):
                 pass
-        doc, rss = [], []
-        for _ in range(args.repeat):
-            with open(OUT / "dense-report.json", "wb") as out:
-                wall, _, peak = run_measured([*doctor_command(), "--format", "json", str(path)], out)
-            doc.append(wall)
-            rss.append(peak)
+        rows = []
+        for label, cmd, env, cwd in runs:
+            doc, cpu, rss = [], [], []
+            report = OUT / f"dense-report{label.strip()}.json"
+            for _ in range(args.repeat):
+                wall, used, peak = run_cpu([*cmd, "--format", "json", str(path)], report, env, cwd)
+                doc.append(wall)
+                cpu.append(used)
+                rss.append(peak)
+            rows.append((kind + label, statistics.median(doc), statistics.median(cpu), max(rss), report))
         greps = []
         for locale in ("C", "C.UTF-8"):
             with open(OUT / "grep-count.txt", "wb") as out:
                 wall, _, _ = run_measured(["env", f"LC_ALL={locale}", "grep", "-F", "-i", "-c", "-f",
                                            str(keywords), str(path)], out)
             greps.append(wall)
-        d, g = statistics.median(doc), min(greps)
-        print(f"{kind:<12} {meta['bytes'] / 1e6:>6.1f} {meta['lines']:>9,} {d:>9.2f} {g:>8.2f} {g / d:>6.3f}x "
-              f"{max(rss):>7.1f}")
+        g = min(greps)
+        for name, d, used, peak, report in rows:
+            same = "yes" if filecmp.cmp(report, rows[-1][4], shallow=False) else "NO"
+            print(f"{name:<18} {meta['bytes'] / 1e6:>6.1f} {meta['lines']:>9,} {d:>9.2f} {used:>7.2f} {g:>8.2f} "
+                  f"{g / d:>6.3f}x {peak:>7.1f} {same:>5}  {os.getloadavg()[0]:.1f}", flush=True)
         if not args.keep:
             path.unlink()
     return 0

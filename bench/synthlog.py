@@ -423,7 +423,7 @@ def write_log(path: Path, size_mb: float, seed: int, failure: str, mix: str = "r
             "expected_rule": rule, "bytes": written, "lines": lines, "failure_line": failure_line, **stats}
 
 
-DENSE = ("preemption", "stats", "long-line")
+DENSE = ("preemption", "stats", "stats-v1", "long-line")
 
 
 def write_dense(path: Path, kind: str, size_mb: float, seed: int = 1) -> dict:
@@ -448,6 +448,11 @@ def write_dense(path: Path, kind: str, size_mb: float, seed: int = 1) -> dict:
                         "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect "
                         "the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
                         f"provide more KV cache memory. total_num_cumulative_preemption={i}\n")
+            elif kind == "stats-v1":
+                text = (f"INFO {ts} [loggers.py:123] Engine 000: Avg prompt throughput: {rng.random() * 1000:.1f} "
+                        f"tokens/s, Avg generation throughput: {rng.random() * 300:.1f} tokens/s, Running: "
+                        f"{rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 5)} reqs, GPU KV cache usage: "
+                        f"{rng.random() * 90:.1f}%, Prefix cache hit rate: {rng.random() * 60:.1f}%\n")
             else:
                 text = (f"INFO {ts} metrics.py:351] Avg prompt throughput: {rng.random() * 1000:.1f} tokens/s, Avg "
                         f"generation throughput: {rng.random() * 300:.1f} tokens/s, Running: {rng.randint(0, 64)} "

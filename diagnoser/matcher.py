@@ -10,6 +10,7 @@ so a number split by a wrap still reads whole). A hit remembers the line's stage
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import re
@@ -24,6 +25,7 @@ from . import memory, units
 from .keywords import KeywordIndex
 from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, wrap_tolerant
+from .shaped import MAX_SHAPES, ShapeCache, digit_free, shape_key, shape_safe
 from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
@@ -51,11 +53,14 @@ class Hit:
     evidence: list[Line] = field(default_factory=list)
 
 
+_SPACES = re.compile(r"\s+")
+
+
 def type_fact(kind: str | None, raw: str) -> Any:
     """Typed value of one captured group; None when it does not parse (the fact is then absent)."""
     raw = raw.strip()
     if kind == "str":
-        return re.sub(r"\s+", " ", raw)
+        return _SPACES.sub(" ", raw)
     if kind == "list":
         return [p.strip(" '\"") for p in re.split(r"[,\s]+", raw) if p.strip(" '\"")]
     if kind in ("size",):
@@ -63,9 +68,9 @@ def type_fact(kind: str | None, raw: str) -> Any:
     if kind == "bytes":
         n = to_number(raw.replace(" ", ""))
         return None if n is None else n / memory.GIB
-    n = to_number(re.sub(r"\s+", "", raw))
+    n = to_number(_SPACES.sub("", raw))
     if n is None:
-        return None if kind in ("int", "float", "gib") else re.sub(r"\s+", " ", raw)
+        return None if kind in ("int", "float", "gib") else _SPACES.sub(" ", raw)
     if kind == "int":
         return int(n)
     if kind in ("float", "gib"):
@@ -281,11 +286,16 @@ class Matcher:
             (rule, p, tuple(k.lower() for k in p.keywords)) for rule in self.rules for p in rule.patterns
         ]
         self.index = KeywordIndex(kws for _, _, kws in self.entries)
+        self._shapes = ShapeCache(self.index)
+        #: per line shape, what its single-line window gave each shape-safe pattern (see _shaped)
+        self._shaped_results: dict[bytes, dict[int, Any]] = {}
         self.hits: list[Hit] = []
         self.folds: dict[str, Fold] = {}  #: aggregate rules' hits, folded (advise uses them for the figures)
         self.ev = Evaluator()
         self._pending: deque[tuple[Line, str | None]] = deque()
         self._ctx_source = ctx_source  # an object with .as_dict() (the tracker's Context)
+        self._series_entries: dict[str, list[tuple[Rule, Pattern]]] | None = None  # by window kind
+        self._window_verdicts: dict[tuple[str, tuple[Any, ...]], bool] = {}
 
     def feed(self, line: Line, fine_stage: str | None) -> None:
         self._pending.append((line, fine_stage))
@@ -330,6 +340,37 @@ class Matcher:
         self.hits.extend(hits)
         return hits
 
+    def series_keep(self, kind: str, facts: dict[str, Any]) -> bool:
+        """Whether a rule's `series: KIND` entry may report a window with these facts of its own (the series
+        asks as each window closes, and holds only those): True when an entry's `when` is true, or reads
+        what only the end of the log tells (the serving time, the context, the window's listing)."""
+        if self._series_entries is None:
+            self._series_entries = {}
+            for rule, pattern, _ in self.entries:
+                if pattern.series is not None:
+                    self._series_entries.setdefault(pattern.series, []).append((rule, pattern))
+        for rule, pattern in self._series_entries.get(kind, ()):
+            if not pattern.when or rule.when or not _window_local(pattern.when):
+                return True
+            if self._window_truth(pattern.when, facts):
+                return True
+        return False
+
+    def _window_truth(self, source: str, facts: dict[str, Any]) -> bool:
+        """A window-local `when` on a window's facts, remembered by the values of the names it reads (a long
+        series repeats a few: `points >= 3 and running >= 8` sees small counts)."""
+        # (the type too: 3 and 3.0 are equal keys, and an expression may tell them apart)
+        key = (source, tuple((v, type(v)) for v in (facts.get(n, _ABSENT) for n in _names(source))))
+        try:
+            found = self._window_verdicts.get(key)
+        except TypeError:  # a value that is a dict or a list: evaluated each time
+            return self.ev.truth(source, template_names(facts, {}))
+        if found is None:
+            if len(self._window_verdicts) >= MAX_SHAPES:
+                self._window_verdicts.clear()
+            found = self._window_verdicts[key] = self.ev.truth(source, template_names(facts, {}))
+        return found
+
     @property
     def held(self) -> int:
         """Lines waiting for their window (live mode matches them with finish() once the input is idle)."""
@@ -363,7 +404,8 @@ class Matcher:
                 return
             low = line.text.lower()
             entries = self.entries
-            candidates = [entries[i] for i in self.index.matches(low)]
+            key = shape_key(line.text)
+            candidates = [entries[i] for i in self._shapes.matches(line.text, low, key)]
             window: list[Line] | None = None
             if not candidates:
                 # a keyword may be cut in two by a wrap, or sit on the next piece of the message
@@ -385,32 +427,52 @@ class Matcher:
                 lows = [t.lower() for t in texts] if len(window) > 1 else [low]
             processed: list[str] | None = None
             stage = coarse(fine)
-            ctx = self._ctx_source.as_dict(internal=True) if self._ctx_source is not None else {}
+            ctx_dict: dict[str, Any] | None = None
+            # one line alone (no wrapped pieces) of a shape seen before: its patterns' answers are known
+            shaped = self._shaped(key) if len(window) == 1 and len(texts) == 1 else None
             found: dict[str, Hit] = {}  # one hit per rule per line: the most specific pattern wins
             for rule, pattern, kws in candidates:
                 if pattern.stages is not None and stage not in pattern.stages:
                     continue
                 facts: dict[str, Any] = {}
                 if pattern.regex is not None:
-                    m = _on_line(pattern.regex, rule, line.text) if len(window) > 1 else None
-                    m = m or _search(pattern.regex, texts, None)
-                    if m is None and len(window) > 1:
-                        m = _search(_tolerant_of(pattern.regex), texts[:1], None)
-                    if not m:
-                        continue
-                    facts.update(self._typed(rule, m.groupdict()))
+                    if shaped is not None and _safe(pattern.regex):
+                        groups = _groups(shaped, pattern.regex, line.text, lambda p=pattern.regex: p.search(line.text))
+                        if groups is None:
+                            continue
+                        facts.update(self._typed(rule, groups))
+                    else:
+                        m = _on_line(pattern.regex, rule, line.text) if len(window) > 1 else None
+                        m = m or _search(pattern.regex, texts, None)
+                        if m is None and len(window) > 1:
+                            m = _search(_tolerant_of(pattern.regex), texts[:1], None)
+                        if not m:
+                            continue
+                        facts.update(self._typed(rule, m.groupdict()))
                 else:
-                    if processed is None:
-                        processed = [default_process(_focus(t, lw, kws, len(pattern.phrase or "")))
-                                     for t, lw in zip(texts, lows, strict=True)]
-                    if not any(phrase_score(pattern.phrase or "", pr, pattern.threshold) for pr in processed):
+                    cached = shaped.get(id(pattern)) if shaped is not None else None
+                    if cached is None:
+                        if processed is None:
+                            processed = [default_process(_focus(t, lw, kws, len(pattern.phrase or "")))
+                                         for t, lw in zip(texts, lows, strict=True)]
+                        cached = any(phrase_score(pattern.phrase or "", pr, pattern.threshold) for pr in processed)
+                        if shaped is not None and len(line.text) <= 800 and _phrase_safe(pattern, kws):
+                            shaped[id(pattern)] = cached
+                    if not cached:
                         continue
-                extracted = self._extract(rule, texts, line.text if len(window) > 1 else None)
+                if shaped is not None:
+                    extracted = self._extract_shaped(rule, line.text, shaped)
+                else:
+                    extracted = self._extract(rule, texts, line.text if len(window) > 1 else None)
                 facts.update({k: v for k, v in extracted.items() if k not in facts})
+                late_when = pattern.when if pattern.when and not pattern.when_early else None
+                if ctx_dict is None and (pattern.when or rule.when or "last_stats" in rule.facts):
+                    # the context as the rules see it: only for a matched pattern that reads it
+                    ctx_dict = self._ctx_source.as_dict(internal=True) if self._ctx_source is not None else {}
+                ctx = ctx_dict or {}
                 if pattern.when_early and not self.ev.truth(
                         pattern.when, {**template_names(facts, ctx), "level": line.level}):
                     continue  # e.g. a stats line below the saturation threshold: no need to derive anything
-                late_when = pattern.when if pattern.when and not pattern.when_early else None
                 if late_when or rule.when:  # derived facts are only for these tests here (advise derives again)
                     names = derive_facts(rule, facts, ctx, self.ev, stage)
                     scope = {**template_names(names, ctx), "level": line.level}
@@ -434,7 +496,8 @@ class Matcher:
         if not any(h.rule.aggregate for h in hits):
             self.hits.extend(hits)
             return
-        live = {id(h) for h in drop_shadowed(hits)}  # the advisor drops the others (shadowing is per line)
+        # the advisor drops the shadowed ones (shadowing is per line; one hit shadows nothing)
+        live = {id(h) for h in (hits if len(hits) == 1 else drop_shadowed(hits))}
         for hit in hits:
             if not hit.rule.aggregate:
                 self.hits.append(hit)
@@ -444,6 +507,55 @@ class Matcher:
                     fold = self.folds[hit.rule.id] = Fold(MAX_EVIDENCE)
                 if fold.add(hit):
                     self.hits.append(hit)
+
+    def _shaped(self, key: bytes) -> dict[int, Any]:
+        """The answers known for a line shape: pattern id -> phrase verdict, or a regex's group spans."""
+        found = self._shaped_results.get(key)
+        if found is None:
+            if len(self._shaped_results) >= MAX_SHAPES:
+                self._shaped_results.clear()
+            found = self._shaped_results[key] = {}
+        return found
+
+    def _extract_shaped(self, rule: Rule, text: str, shaped: dict[int, Any]) -> dict[str, Any]:
+        """_extract on a line alone, each shape-safe extractor's spans found once per shape."""
+        facts: dict[str, Any] = {}
+        spans = shaped.get(id(rule.extractors))
+        if spans is not None:  # every extractor is shape-safe: where each one's groups are, in order
+            for found in spans:
+                groups = {k: (text[a:b] if a != -1 else None) for k, (a, b) in found.items()}
+                for name, value in self._typed(rule, groups).items():
+                    facts.setdefault(name, value)
+            return facts
+        if rule.extractors and all(_safe(ex.pattern) for ex in rule.extractors):
+            spans = []
+            for ex in rule.extractors:
+                m = self._extract_match(ex, text)
+                if m is not None:
+                    spans.append({k: m.span(k) for k in m.groupdict()})
+            shaped[id(rule.extractors)] = spans
+            return self._extract_shaped(rule, text, shaped)
+        for ex in rule.extractors:
+            if _safe(ex.pattern):
+                groups = _groups(shaped, ex, text, lambda ex=ex: self._extract_match(ex, text))
+            else:
+                m = self._extract_match(ex, text)
+                groups = None if m is None else m.groupdict()
+            if groups is None:
+                continue
+            for name, value in self._typed(rule, groups).items():
+                facts.setdefault(name, value)
+        return facts
+
+    @staticmethod
+    def _extract_match(ex: Any, text: str) -> Any:
+        """One extractor on a line alone: the regex, else its wrap-tolerant form (as _extract tries them)."""
+        m = ex.pattern.search(text)
+        if m is None and len(text) < WINDOW_CHARS:
+            need = required_literal(ex.pattern.pattern)
+            if not need or need in "".join(text.split()).lower():
+                m = ex.tolerant.search(text)
+        return m
 
     def _extract(self, rule: Rule, texts: tuple[str, ...] | list[str] | str,
                  first_line: str | None = None) -> dict[str, Any]:
@@ -480,6 +592,55 @@ class Matcher:
             if value is not None and value != "":
                 out[name] = value
         return out
+
+
+#: Names a series `when` may read that are only known at the end: the serving and saturated time, the source,
+#: the window's listing and time labels (the clock learns the year late), the context, the facts as a whole.
+_LATE_NAMES = frozenset({"_serving_seconds", "_saturated_seconds", "source", "_window", "start", "end", "ctx",
+                         "facts"})
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _window_local(source: str) -> bool:
+    """Whether an expression reads nothing of _LATE_NAMES (any word counts, quoted or not: a safe guess)."""
+    return not _LATE_NAMES.intersection(_names(source))
+
+
+_ABSENT = object()
+
+
+@functools.lru_cache(maxsize=256)
+def _names(source: str) -> tuple[str, ...]:
+    """Every word of an expression: a superset of the names it reads (the rest are constants to it)."""
+    return tuple(sorted(set(_NAME.findall(source))))
+
+
+_SAFE: dict[int, tuple[Any, bool]] = {}
+
+
+def _safe(pattern: Any) -> bool:
+    """shaped.shape_safe of a compiled regex, once per pattern object."""
+    found = _SAFE.get(id(pattern))
+    if found is None or found[0] is not pattern:
+        found = _SAFE[id(pattern)] = (pattern, shape_safe(pattern.pattern))
+    return found[1]
+
+
+def _phrase_safe(pattern: Pattern, keywords: tuple[str, ...]) -> bool:
+    """A phrase's verdict is the same on every line of one shape when neither the processed phrase nor the
+    keywords that place the focus hold a digit (a digit of the line then never equals one of the phrase)."""
+    return digit_free(default_process(pattern.phrase or ""), *keywords)
+
+
+def _groups(shaped: dict[int, Any], pattern: Any, text: str, search: Any) -> dict[str, str | None] | None:
+    """A match's groupdict on `text`, its spans found once per shape (`search()` gives the match)."""
+    spans = shaped.get(id(pattern), False)
+    if spans is False:
+        m = search()
+        spans = shaped[id(pattern)] = None if m is None else {k: m.span(k) for k in m.groupdict()}
+    if spans is None:
+        return None
+    return {k: (text[a:b] if a != -1 else None) for k, (a, b) in spans.items()}
 
 
 def _continues(first: Line, prev: Line, nxt: Line) -> bool:

@@ -846,6 +846,13 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         return
     if starts is None:
         starts = prefilter.hit_lines(block)
+    if index is not None and line_map is None:  # a keyword-dense block: one line shape decides once (shaped.py)
+        from .shaped import dense_lines
+
+        dense = dense_lines(block, first_number, starts, index.at(len(block)), redact, st)
+        if dense is not None:
+            yield from dense
+            return
     if blank is not None:
         blank = _memo(blank)  # a follow line's test is asked again when it is emitted
         starts = [s for s in starts if not blank(block, s)]

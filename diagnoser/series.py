@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import datetime
 import math
 import re
+from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from .keywords import BlockPattern
@@ -27,6 +30,7 @@ from .lazyregex import lazy
 from .metrics import KEYWORDS as METRIC_KEYWORDS
 from .metrics import MetricsReader, Scrape
 from .reader import Line
+from .shaped import ShapePlans
 
 MAX_BUCKETS = 600        #: points kept per engine for charts (each a bucket of raw points)
 MAX_WINDOWS = 100        #: windows listed per detector (all of them are counted)
@@ -77,6 +81,7 @@ BLOCK_ERROR = BlockPattern(re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b'),
 NEW_YEAR_GAP = 180 * 86400
 
 
+@lru_cache(maxsize=4096)  # a dense log repeats each second on several lines
 def vllm_time_seconds(text: str, year: int = 2000) -> float | None:
     """vLLM's year-less header time as seconds since the epoch, in `year`: '01-18 20:15:59' -> 948226559.0
     (year 2000, a leap year, so 02-29 parses); None for another shape or an impossible date."""
@@ -84,10 +89,21 @@ def vllm_time_seconds(text: str, year: int = 2000) -> float | None:
     if not m:
         return None
     mo, d, h, mi, s = (int(g) for g in m.groups())
+    days = _month_start(year, mo)
+    # calendar.timegm's own arithmetic (linear in the day and the time), the month's start computed once
+    return None if days is None else float((((days + d - 1) * 24 + h) * 60 + mi) * 60 + s)
+
+
+@lru_cache(maxsize=1024)
+def _month_start(year: int, month: int) -> int | None:
+    """Days from the epoch to a month's first day (None: no such month), as calendar.timegm counts them."""
     try:
-        return float(calendar.timegm((year, mo, d, h, mi, s, 0, 0, 0)))
+        return datetime.date(year, month, 1).toordinal() - _EPOCH_ORDINAL
     except (ValueError, OverflowError):
         return None
+
+
+_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
 
 
 class Clock:
@@ -173,14 +189,18 @@ class Buckets:
                 last = self.items[-1]
         last["t1"] = t
         last["n"] += 1
+        f, isfinite = last["f"], math.isfinite
         for name, v in values.items():
-            if v is None or not math.isfinite(v):
+            if v is None or not isfinite(v):
                 continue
-            agg = last["f"].get(name)
+            agg = f.get(name)
             if agg is None:
-                last["f"][name] = [v, v, v, 1]
-            else:
-                agg[0], agg[1] = min(agg[0], v), max(agg[1], v)
+                f[name] = [v, v, v, 1]
+            else:  # min() and max() without the calls: the first of equals stays, as they keep it
+                if v < agg[0]:
+                    agg[0] = v
+                if v > agg[1]:
+                    agg[1] = v
                 agg[2] += v
                 agg[3] += 1
 
@@ -231,6 +251,8 @@ class Window:
     preemptions: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     _peak_score: float = -1.0
+    index: int = 0          #: the detector's count of windows before this one (in its engine)
+    dropped: bool = False   #: no rule can report it: kept (without lines) only for the JSON's first windows
 
     @property
     def seconds(self) -> float:
@@ -240,10 +262,11 @@ class Window:
         self.step = min(self.step, step)
         self.end = p.t
         self.points += 1
-        self.peak_kv = max(self.peak_kv, p.get("kv_pct"))
-        self.max_waiting = max(self.max_waiting, p.get("waiting"))
-        self.max_running = max(self.max_running, p.get("running"))
-        self.preemptions += p.get("preemptions")
+        get = p.values.get  # Point.get without the call: a point's values are never None
+        self.peak_kv = max(self.peak_kv, get("kv_pct", 0.0))
+        self.max_waiting = max(self.max_waiting, get("waiting", 0.0))
+        self.max_running = max(self.max_running, get("running", 0.0))
+        self.preemptions += get("preemptions", 0.0)
         if score > self._peak_score and p.line is not None:
             self._peak_score, self.peak_line = score, p.line
 
@@ -264,8 +287,9 @@ class _Saturation:
         self.out, self.open, self.seconds = out, None, 0.0
 
     def feed(self, p: Point, step: float) -> None:
-        hot = (p.get("kv_pct") >= SATURATED_KV_PCT and p.get("waiting") > 0) or p.get("preemptions") > 0 \
-            or p.get("swapped") > 0
+        get = p.values.get
+        hot = (get("kv_pct", 0.0) >= SATURATED_KV_PCT and get("waiting", 0.0) > 0) or get("preemptions", 0.0) > 0 \
+            or get("swapped", 0.0) > 0
         w = self.open
         if w is not None and p.t - w.end > MERGE_GAP:
             self._close()
@@ -338,14 +362,17 @@ class _Collapse:
         self.out, self.open = out, None
         self.history: deque[tuple[float, float]] = deque(maxlen=COLLAPSE_HISTORY)
         self.ref: tuple[float, float] = (0.0, 0.0)
+        self._ref_stale = True  # the history changed since self.ref was taken from it
         self.causes: dict[str, int] = {}
 
     def feed(self, p: Point, step: float) -> None:
         if "gen_tps" not in p.values:
             return
-        gen, load = p.get("gen_tps"), p.get("running") + p.get("waiting")
-        if self.open is None and len(self.history) == COLLAPSE_HISTORY:
+        get = p.values.get
+        gen, load = get("gen_tps", 0.0), get("running", 0.0) + get("waiting", 0.0)
+        if self.open is None and len(self.history) == COLLAPSE_HISTORY and self._ref_stale:
             self.ref = (_median([g for g, _ in self.history]), _median([ld for _, ld in self.history]))
+            self._ref_stale = False
         ref_gen, ref_load = self.ref
         low = len(self.history) == COLLAPSE_HISTORY and ref_gen >= 50 and gen < 0.5 * ref_gen \
             and load > 0 and load >= 0.75 * ref_load
@@ -353,6 +380,7 @@ class _Collapse:
             self._close()
             if load > 0:
                 self.history.append((gen, load))
+                self._ref_stale = True
             return
         w = self.open
         if w is None:
@@ -361,9 +389,9 @@ class _Collapse:
             self.causes = {}
         w.add(p, -gen, step)
         w.extra["_gen"] += gen
-        cause = ("swapping" if p.get("swapped") > 0 or p.get("cpu_kv_pct") > 0 else
-                 "preemption" if p.get("preemptions") > 0 or p.get("kv_pct") >= SATURATED_KV_PCT else
-                 "stuck engine" if gen == 0 and p.get("running") > 0 else "unknown")
+        cause = ("swapping" if get("swapped", 0.0) > 0 or get("cpu_kv_pct", 0.0) > 0 else
+                 "preemption" if get("preemptions", 0.0) > 0 or get("kv_pct", 0.0) >= SATURATED_KV_PCT else
+                 "stuck engine" if gen == 0 and get("running", 0.0) > 0 else "unknown")
         self.causes[cause] = self.causes.get(cause, 0) + 1
 
     def _close(self) -> None:
@@ -423,14 +451,52 @@ def _median(values: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+#: Whether a rule may report a closed window: (kind, facts of the window alone) -> False when none can.
+WindowFilter = Callable[[str, dict[str, Any]], bool]
+
+
+class Windows(list):  # type: ignore[type-arg]
+    """One detector's closed windows, in order. A window that no rule can report (its `when` is false on the
+    window's own facts) is counted, and kept (without its lines) only if it is among the first MAX_WINDOWS
+    that the JSON lists: a stats-only log of any length holds a bounded number of windows."""
+
+    def __init__(self, kind: str, keep: WindowFilter | None) -> None:
+        super().__init__()
+        self.kind, self.keep = kind, keep
+        self.total = 0
+        self.seconds = array("d")  #: every window's length in order (saturated_seconds sums them)
+
+    def append(self, w: Window) -> None:  # type: ignore[override]
+        w.index = self.total
+        self.total += 1
+        if self.kind == "saturation":
+            self.seconds.append(w.seconds)
+        if self.keep is not None and not self.keep(self.kind, window_facts(w, None, {}, None)):
+            if w.index >= MAX_WINDOWS:
+                return
+            w.dropped, w.first_line, w.peak_line = True, None, None
+        super().append(w)
+
+
+def window_facts(w: Window, clock: Clock | None, common: dict[str, Any], listed: dict[str, Any] | None
+                 ) -> dict[str, Any]:
+    """What a rule's `series:` entry sees of one window (`clock` None: the labels are not known yet)."""
+    d = w.as_dict(clock if clock is not None else Clock())
+    return {**common, **{k: v for k, v in w.extra.items() if not k.startswith("_")},
+            "_window": listed, "seconds": d["seconds"], "start": d["start"], "end": d["end"],
+            "points": w.points, "kv_usage_pct": d["peak_kv_usage_pct"], "waiting": d["max_waiting"],
+            "running": int(w.max_running), "series_preemptions": d["preemptions"], "engine": w.engine,
+            "_finished": w.extra.get("_finished", 0.0), "_interval": w.step}
+
+
 class Track:
     """One engine's series: its downsampled points, its detectors and its totals."""
 
-    def __init__(self, engine: str) -> None:
+    def __init__(self, engine: str, keep: WindowFilter | None = None) -> None:
         self.engine = engine
         self.buckets = Buckets()
-        self.windows: dict[str, list[Window]] = {k: [] for k in
-                                                 ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
+        self.windows: dict[str, Windows] = {k: Windows(k, keep) for k in
+                                            ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
         self.sat = _Saturation(self.windows["saturation"])
         self.detectors = [self.sat, _QueueGrowth(self.windows["queue-growth"]),
                           _Collapse(self.windows["throughput-collapse"]), _Errors(self.windows["error-burst"])]
@@ -478,8 +544,9 @@ class Track:
 class Series:
     """The serving phase of one input, fed line by line (and raw blocks, for access lines)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: WindowFilter | None = None) -> None:
         self.clock = Clock()
+        self.keep = keep  #: which closed windows a rule may report (the others are counted, not held)
         self.tracks: dict[str, Track] = {}
         self.metrics = MetricsReader()
         self._pending_http: deque[tuple[int, int, dict[str, int]]] = deque()  # (stats line no., requests, codes)
@@ -509,9 +576,9 @@ class Series:
         if "throughput" in text or "KV cache usage" in text or "RUNNING:" in text:
             self._stats(line)
         elif "is preempted by" in text:
-            m = V0_PREEMPTED.search(text)
-            if m:
-                total = int(m.group(1)) if m.group(1) else self._v0_total + 1
+            span = _V0_PLANS(text)
+            if span is not None:
+                total = int(text[span[0]:span[1]]) if span[0] != -1 else self._v0_total + 1
                 self._v0_pending += max(total - self._v0_total, 0)
                 self._v0_total = max(total, self._v0_total)
 
@@ -567,16 +634,8 @@ class Series:
 
     def _stats(self, line: Line) -> None:
         text = line.text
-        values: dict[str, float] = {}
-        for name, rx in STAT_FIELDS.items():
-            m = rx.search(text)
-            if m:
-                values[name] = float(m.group(1))
-        kv = KV_USAGE.findall(text)
-        if kv:
-            values["kv_pct"] = float(kv[0][1])
-            if len(kv) > 1 and kv[1][0] == "CPU":
-                values["cpu_kv_pct"] = float(kv[1][1])
+        fields, engine_span = _STAT_PLANS(text)
+        values = {name: float(text[a:b]) for name, a, b in fields}
         if "kv_pct" not in values and "running" not in values:
             if "prefix_hit_pct" in values and self.tracks:  # V0's companion line: the interval just logged
                 track = next(iter(self.tracks.values()))
@@ -586,8 +645,7 @@ class Series:
                     track.prefix[2] += 1
                     track.prefix[3] = max(track.prefix[3], values["prefix_hit_pct"])
             return
-        m = ENGINE.search(text)
-        engine = (m.group(1).lstrip("0") or "0") if m and m.group(1) else ("all" if m else "0")
+        engine = engine_span if isinstance(engine_span, str) else (text[slice(*engine_span)].lstrip("0") or "0")
         t = self.clock.of_line(line)
         if t is None:
             self.clock.relative = self.clock.relative or self._last_t is None
@@ -601,6 +659,24 @@ class Series:
         self._take_http(line.number, values)
         self._last_t = t
         self._add(Point(t, engine, values, line))
+
+    @staticmethod
+    def _stat_plan(text: str) -> tuple[list[tuple[str, int, int]], str | tuple[int, int]]:
+        """Where a stats line's values are: (field, start, end) in the order they are read, and the engine
+        ("0", "all", or where its number is). Positions only (digit classes), so one plan serves a shape."""
+        fields = []
+        for name, rx in STAT_FIELDS.items():
+            m = rx.search(text)
+            if m:
+                fields.append((name, m.start(1), m.end(1)))
+        kv = list(KV_USAGE.finditer(text))
+        if kv:
+            fields.append(("kv_pct", kv[0].start(2), kv[0].end(2)))
+            if len(kv) > 1 and kv[1].group(1) == "CPU":
+                fields.append(("cpu_kv_pct", kv[1].start(2), kv[1].end(2)))
+        m = ENGINE.search(text)
+        engine: str | tuple[int, int] = (m.start(1), m.end(1)) if m and m.group(1) else ("all" if m else "0")
+        return fields, engine
 
     def _take_http(self, number: int, values: dict[str, float]) -> None:
         if not self._http_seen:
@@ -651,7 +727,7 @@ class Series:
     def _add(self, p: Point) -> None:
         track = self.tracks.get(p.engine)
         if track is None:
-            track = self.tracks[p.engine] = Track(p.engine)
+            track = self.tracks[p.engine] = Track(p.engine, self.keep)
         track.add(p)
 
     # -- results -------------------------------------------------------------------------------------
@@ -703,7 +779,7 @@ class Series:
 
     @property
     def saturated_seconds(self) -> float:
-        return sum(w.seconds for t in self.tracks.values() for w in t.windows["saturation"])
+        return sum(s for t in self.tracks.values() for s in t.windows["saturation"].seconds)
 
     def windows(self, kind: str) -> Iterator[Window]:
         for track in self.tracks.values():
@@ -724,22 +800,26 @@ class Series:
                          "engine": track.engine, "peak_kv_usage_pct": track.peak.get("kv_pct")}
                 yield facts, [track.first_line] if track.first_line else []
             return
-        windows = list(self.windows(kind))
         if self.serving_seconds and all(t.points <= 1 for t in self.tracks.values()):
             common["_serving_seconds"] = 0.0  # one scrape: the state now, no time to share out
-        for i, w in enumerate(windows):
-            d = w.as_dict(self.clock)
-            timed = self.tracks[w.engine].points > 1
-            listed = {k: v for k, v in d.items() if not k.startswith("_")} if i < MAX_WINDOWS and timed else None
-            facts = {**common, **{k: v for k, v in w.extra.items() if not k.startswith("_")},
-                     "_window": listed, "seconds": d["seconds"], "start": d["start"], "end": d["end"],
-                     "points": w.points, "kv_usage_pct": d["peak_kv_usage_pct"], "waiting": d["max_waiting"],
-                     "running": int(w.max_running), "series_preemptions": d["preemptions"], "engine": w.engine,
-                     "_finished": w.extra.get("_finished", 0.0), "_interval": w.step}
-            evidence = [w.first_line] if w.first_line is not None else []
-            if w.peak_line is not None and w.peak_line is not w.first_line:
-                evidence.append(w.peak_line)
-            yield facts, evidence
+        offset = 0  # windows of the engines before (numbered across engines, as they are listed)
+        for track in self.tracks.values():
+            ws = track.windows.get(kind)
+            if ws is None:
+                continue
+            for w in ws:
+                if not w.dropped:
+                    yield self._candidate(w, offset + w.index, common)
+            offset += ws.total
+
+    def _candidate(self, w: Window, i: int, common: dict[str, Any]) -> tuple[dict[str, Any], list[Line]]:
+        d = w.as_dict(self.clock)
+        timed = self.tracks[w.engine].points > 1
+        listed = {k: v for k, v in d.items() if not k.startswith("_")} if i < MAX_WINDOWS and timed else None
+        evidence = [w.first_line] if w.first_line is not None else []
+        if w.peak_line is not None and w.peak_line is not w.first_line:
+            evidence.append(w.peak_line)
+        return window_facts(w, self.clock, common, listed), evidence
 
     def to_dict(self) -> dict[str, Any]:
         """The `series` object of the JSON report: downsampled points and windows per engine."""
@@ -754,6 +834,11 @@ class Series:
                 for e, t in sorted(self.tracks.items())
             },
         }
+
+
+_STAT_PLANS = ShapePlans(Series._stat_plan)
+#: where a V0 preemption warning's cumulative count is: None (no warning), (-1, -1) (no count), or its span
+_V0_PLANS = ShapePlans(lambda text: (m.span(1) if (m := V0_PREEMPTED.search(text)) else None))
 
 
 def _gauges(vals: dict[str, float], prev: dict[str, float] | None, dt: float | None,

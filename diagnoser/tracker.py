@@ -22,6 +22,7 @@ from .keywords import KeywordIndex
 from .lazyregex import lazy
 from .reader import Line
 from .releases import default, engine_for, parse_version
+from .shaped import ShapeCache, ShapePlans
 from .stages import coarse, order
 
 #: Frames that only say "inside the engine's start-up" (data/landmarks.yaml frames.engine_init)
@@ -285,6 +286,7 @@ class Tracker:
         self._procs: dict[str, _Proc] = {}
         self._marks, self._frames = load_landmarks()
         self._index = KeywordIndex([k.lower() for k in m.keywords] for m in self._marks)
+        self._shapes = ShapeCache(self._index)
         self._nondefault_seen = False
 
     def observe(self, line: Line) -> str | None:
@@ -315,7 +317,7 @@ class Tracker:
         if line.user_content:
             return self.stage
         marks = self._marks
-        for i in self._index.matches(text.lower()):
+        for i in self._shapes.matches(text):
             mark = marks[i]
             self._apply(mark, text, line.number, line.timestamp)
             if mark.stage:
@@ -421,14 +423,23 @@ class Tracker:
         ctx.stats_lines += 1
         ctx.last_stats_line = number
         ctx.last_stats_text = text[:300]
-        got = {k: r.search(text) for k, r in STATS.items()}
+        got = _STATS_PLANS(text)
         if got["kv_pct"]:
-            pct = float(got["kv_pct"].group(1))
+            pct = float(text[slice(*got["kv_pct"])])
             ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
         if got["running"]:
-            ctx.max_running_reqs = max(int(got["running"].group(1)), ctx.max_running_reqs or 0)
+            ctx.max_running_reqs = max(int(text[slice(*got["running"])]), ctx.max_running_reqs or 0)
         if got["waiting"]:
-            ctx.max_waiting_reqs = max(int(got["waiting"].group(1)), ctx.max_waiting_reqs or 0)
+            ctx.max_waiting_reqs = max(int(text[slice(*got["waiting"])]), ctx.max_waiting_reqs or 0)
+
+
+def _stats_plan(text: str) -> dict[str, tuple[int, int] | None]:
+    """Where the tracker's stats figures are in a line (positions: one plan serves a shape, see shaped.py)."""
+    found = {k: r.search(text) for k, r in STATS.items()}
+    return {k: (m.start(1), m.end(1)) if m else None for k, m in found.items()}
+
+
+_STATS_PLANS = ShapePlans(_stats_plan)
 
 
 def is_exception_line(text: str) -> re.Match[str] | None:

@@ -1,0 +1,188 @@
+r"""Keyword-dense logs at speed: a line's *shape* (its bytes with every digit read as 0) decides once.
+
+A log where every line carries a keyword (a stats line every interval, a V0 preemption storm) went line by
+line through the slow path (decode, clean, redact, split, strip prefixes, then the tracker's and the matcher's
+keyword tests and regexes) at 200-400 us a line. Such lines repeat a few shapes whose only variable parts are
+numbers, and what that path decides for a line that starts with vLLM's header depends on where its digits are,
+not on their values: the cleaning, splitting and prefix regexes use digit classes (`\d`, `[0-9]{1,3}`; the
+one literal digit, RFC 5424's version, can only start a line), the secret hints and the keywords without a
+digit occur at the same places in every line of a shape, and an access line's status (`HTTP/[12]`) is never
+asked (a block with ` HTTP/` goes the general way). So:
+
+- the reader (`dense_lines`): the first line of each shape in a block of keyword lines only goes the slow way;
+  when that gave exactly the Line built from one header match (nothing redacted, nothing split), the shape is
+  marked good and its other lines are built directly;
+- `ShapeCache`: which keywords a shape holds (the tracker's landmarks, the matcher's rules), those with a
+  digit tested on the lines where the shape allows them;
+- `ShapePlans`: where a stats line's numbers are (series, tracker), sliced out of each line;
+- `shape_safe`: which rule regexes find the same spans in every line of a shape (the matcher then finds them
+  once per shape; a regex that reads a digit's value, `[1-9]`, `700`, is searched on every line).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .reader import USER_CONTENT_MARKERS, Line, ReadStats, _physical_to_lines
+from .redact import LONG_TEXT, Redactor, maybe_secret
+
+#: shapes remembered at most (a log of endlessly new shapes only pays one dict lookup a line)
+MAX_SHAPES = 4096
+ZEROS = bytes.maketrans(b"123456789", b"000000000")
+
+#: A whole line: vLLM's header (the reader's "vllm" prefix, with a source) and a message of printable ASCII that
+#: starts with a letter (so no other prefix of the reader can follow the header).
+PLAIN = re.compile(
+    rb"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? "
+    rb"(?:\[([^\]\s]+:\d+)\]|([\w./-]+:\d+)\])[ \t]?[A-Za-z][ -~]*")
+
+_verdicts: dict[bytes, bool] = {}
+
+
+def shape_key(text: str) -> bytes:
+    """A text with every digit read as 0: texts of one key differ only in their digits' values.
+
+    >>> shape_key("Running: 12 reqs, 3.5%") == shape_key("Running: 47 reqs, 9.1%")
+    True
+    """
+    global _last
+    last = _last  # one read: another thread (a scan's) may replace it
+    if text is last[0]:  # the tracker, the series and the matcher ask about the same line in turn
+        return last[1]
+    key = text.encode("utf-8", "surrogatepass").translate(ZEROS)
+    _last = (text, key)
+    return key
+
+
+_last: tuple[str | None, bytes] = (None, b"")
+
+
+def dense_lines(block: bytes, first_number: int, starts: list[int], lines: int, redact: Callable[[str], str] | None,
+                st: ReadStats) -> Iterator[Line] | None:
+    """The Lines of a block in which every line holds a keyword, as reader._block_lines yields them; None when
+    the block is not such a block (the general path then reads it).
+
+    Every line is then a keyword line of its own, none is a request-logger or access line (no marker, no
+    ` HTTP/` in the block): the general path selects each line once, none as a follow line.
+    """
+    if len(starts) != lines or not lines or block.find(b" HTTP/") != -1 or any(
+            block.find(m) != -1 for m in USER_CONTENT_MARKERS):
+        return None
+    return _lines(block, first_number, redact, st)
+
+
+def _lines(block: bytes, number: int, redact: Callable[[str], str] | None, st: ReadStats) -> Iterator[Line]:
+    verdicts = _verdicts
+    plain = PLAIN.fullmatch
+    redactor = redact if isinstance(redact, Redactor) else None
+    pos, find = 0, block.find
+    while True:
+        end = find(b"\n", pos)
+        if end == -1:
+            break
+        number += 1
+        raw = block[pos:end]
+        pos = end + 1
+        st.decoded_lines += 1
+        key = raw.translate(ZEROS)
+        good = verdicts.get(key)
+        if good and (redact is None or (redactor is not None and redactor._carry is None)):
+            m = plain(raw)
+            if m is not None:  # always, for a good shape; a guard all the same
+                yield _fast_line(number, raw, m)
+                continue
+        fresh = redact is None or (redactor is not None and redactor._carry is None)
+        slow = list(_physical_to_lines(number, raw, redact, False))
+        if good is None and fresh:
+            if len(verdicts) >= MAX_SHAPES:
+                verdicts.clear()
+            verdicts[key] = _fast_equals(raw, number, slow)
+        yield from slow
+
+
+def _fast_line(number: int, raw: bytes, m: re.Match[bytes]) -> Line:
+    """The Line parse_line makes of a PLAIN line: the header's fields, the message after it, right-stripped."""
+    text = raw.decode("ascii")
+    start = (m.end(3) if m.start(3) != -1 else m.end(4)) + 1  # past the source's "]"
+    if raw[start:start + 1] in (b" ", b"\t"):
+        start += 1
+    return Line(number=number, text=text[start:].rstrip(), raw=text, level=m.group(1).decode(),
+                timestamp=m.group(2).decode(), source=(m.group(3) or m.group(4)).decode())
+
+
+def _fast_equals(raw: bytes, number: int, slow: list[Line]) -> bool:
+    """Whether this shape's slow result is the fast Line: one line, the header's fields, nothing redacted."""
+    m = PLAIN.fullmatch(raw)
+    if m is None or len(slow) != 1 or len(raw) >= LONG_TEXT:
+        return False
+    if maybe_secret(raw.decode("ascii").lower()):  # the redactor would look (hints hold no digit: one answer a shape)
+        return False
+    return _fast_line(number, raw, m) == slow[0]
+
+
+class ShapeCache:
+    """`index.matches(low)` for a text, cached by shape: keywords without digits are found once per shape."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        self._digits = [w for w in index.words if any(c.isdigit() for c in w)]
+        self._digit_set = set(self._digits)
+        self._cache: dict[bytes, tuple[list[str], list[str], list[int]]] = {}
+
+    def matches(self, text: str, low: str | None = None, key: bytes | None = None) -> list[int]:
+        low = text.lower() if low is None else low
+        key = shape_key(text) if key is None else key
+        cached = self._cache.get(key)
+        if cached is None:
+            if len(self._cache) >= MAX_SHAPES:
+                self._cache.clear()
+            present = self.index.present(low)
+            # a keyword with digits can only be where the shape has its shape: tested on each line, if at all
+            low_key = shape_key(low)
+            words = [w for w in present if w not in self._digit_set]
+            cached = self._cache[key] = (words, [w for w in self._digits if shape_key(w) in low_key],
+                                         self.index.owners(words) if words else [])
+        words, maybe, owners = cached
+        if not maybe:
+            return owners
+        found = [*words, *(w for w in maybe if w in low)]
+        return self.index.owners(found) if found else []
+
+
+class ShapePlans:
+    """`plan(text)` cached by the text's shape, for a `plan` whose answer is positions found by regexes that
+    only use digit classes (`\\d`, `[\\d.]+`): the same in every text of one shape. Callers slice the values."""
+
+    def __init__(self, plan: Callable[[str], Any]) -> None:
+        self.plan = plan
+        self._cache: dict[bytes, Any] = {}
+
+    def __call__(self, text: str) -> Any:
+        key = shape_key(text)
+        found = self._cache.get(key)
+        if found is None:
+            if len(self._cache) >= MAX_SHAPES:
+                self._cache.clear()
+            found = self._cache[key] = self.plan(text)
+        return found
+
+
+_QUANTIFIER = re.compile(r"(?<!\\)\{\d*(?:,\d*)?\}")
+
+
+def shape_safe(source: str) -> bool:
+    """Whether a regex finds the same spans in every text of one shape: no digit outside its `{m,n}`
+    quantifiers (a literal `700`, a `[1-9]` class, a `\\1` backreference, a `\\x31` escape or a fuzzy
+    constraint reads digits' values), no named backreference, no `\\N{...}` character.
+
+    >>> shape_safe(r'total_num_cumulative_preemption=(?P<n>\\d+)'), shape_safe(r'Preemptions: ([1-9]\\d*)')
+    (True, False)
+    """
+    bare = _QUANTIFIER.sub("", source)
+    return not any(c.isdigit() for c in bare) and not any(s in bare for s in ("(?P=", "\\g", "\\N"))
+
+
+def digit_free(*texts: str) -> bool:
+    return not any(c.isdigit() for t in texts for c in t)
