@@ -180,21 +180,20 @@ def test_precheck_never_hides_a_secret():
             assert maybe_secret(line.lower()), line
 
 
-def test_redaction_is_fast_enough():
-    """A generous bound (the reader spends far more per line): 20k typical lines well under a second."""
-    import time
-
-    lines = [
+def test_lines_without_a_hint_skip_the_secret_patterns():
+    """Redaction stays cheap because a line with no secret-like word never reaches the keyed and entropy
+    patterns (the speed itself is measured by bench/, never asserted here)."""
+    plain = [
         "INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, Running: 18 reqs",
         "(EngineCore_0 pid=2211) ERROR 08-14 09:12:40 [core.py:700] ValueError: To serve at least one request",
-        "args: Namespace(host=None, port=8000, api_key=None, hf_token=None, ssl_keyfile=None, model='m')",
         "INFO 08-14 09:12:01 [utils.py:326] non-default args: {'model': 'm', 'max_model_len': 131072}",
-    ] * 5000
+    ]
     r = Redactor()
-    start = time.perf_counter()
-    for line in lines:
-        r(line)
-    assert time.perf_counter() - start < 2.0
+    for line in plain:
+        assert not maybe_secret(line.lower()), line
+        assert r(line) == line
+    # a line that names a secret setting does take the slow path
+    assert maybe_secret("args: namespace(host=none, api_key=none, hf_token=none)")
 
 
 # -- secrets planted in every field, checked absent from every format -------------------------------------
