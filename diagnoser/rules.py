@@ -10,7 +10,7 @@ produce, no cases), naming the file and the key, so a typo never reaches a user'
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import field, fields, is_dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +20,7 @@ import regex
 
 from . import datafiles
 from .errors import InputError, LimitError
+from .fastdataclass import dataclass
 from .lazyregex import LazyRegex
 from .regexcheck import catastrophic
 from .series import SERIES_FACTS

@@ -19,9 +19,10 @@ import math
 import re
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .fastdataclass import dataclass
 from .keywords import BlockPattern
 from .lazyregex import lazy
 from .metrics import KEYWORDS as METRIC_KEYWORDS
