@@ -405,3 +405,42 @@ def test_corrupt_dataclass_entries_are_compiled_again(cache, fresh_templates, mo
     monkeypatch.setenv("VLLM_DOCTOR_NO_CACHE", "1")
     _, uncached = _build_classes()
     assert _behaviour(uncached) == _behaviour(standard)
+
+
+# --- the shipped rules, validated once -------------------------------------------------------------------------
+
+def _shipped_rules():
+    from diagnoser import rules
+
+    rules.builtin_rules.cache_clear()
+    try:
+        return rules.builtin_rules()
+    finally:
+        rules.builtin_rules.cache_clear()
+
+
+def test_cached_rules_are_the_validated_ones_and_a_tampered_copy_runs_nothing(cache, monkeypatch, tmp_path):
+    import pickle
+
+    from diagnoser import rules
+
+    validations = []
+    add = rules._add_rules
+    monkeypatch.setattr(rules, "_add_rules", lambda *a, **k: validations.append(1) or add(*a, **k))
+    validated = _shipped_rules()
+    (path,) = cache.glob("rules-*.bin")
+    warm = _shipped_rules()
+    assert len(validations) == 1  # the second load validated nothing
+    assert warm == validated and [r.path for r in warm] == [r.path for r in validated]
+    assert {type(p.regex).__name__ for r in warm for p in r.patterns if p.regex is not None} == {"LazyRegex"}
+
+    class Exploit:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    header = path.read_bytes().split(b"\n", 1)[0] + b"\n"
+    for payload in (pickle.dumps(Exploit()), pickle.dumps(("not", "rules")), b"\x80\x05garbage"):
+        path.write_bytes(header + payload)
+        assert _shipped_rules() == validated
+        assert not (tmp_path / "pwned").exists()
+    assert len(validations) == 4  # each bad copy was a miss: validated again
