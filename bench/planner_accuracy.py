@@ -172,6 +172,12 @@ def token_errors(data: dict[str, Any]) -> list[tuple[str, float, float, float, f
     return out
 
 
+def block_errors(data: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(id, planned block, vLLM's block) of the unified attention block of Mamba hybrids."""
+    return [(pair["id"], sizing.plan_memory(plan_input(pair["config"])).block_size,
+             int(pair["measured"]["block_size"])) for pair in data.get("block_pairs", [])]
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-quantile (0..1) of values, linear between order statistics."""
     ordered = sorted(values)
@@ -200,11 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     data = load(args.data)
     rows = kv_errors(data)
     names = list(rows[0]["errors"]) if rows else []
-    print(f"{'pair':44s} {'unit':>6s} {'measured':>11s} " + " ".join(f"{n:>18s}" for n in names))
+    width = max([44] + [len(r["id"]) + 1 for r in rows])
+    print(f"{'pair':{width}s} {'unit':>6s} {'measured':>11s} " + " ".join(f"{n:>18s}" for n in names))
     for r in rows:
         fmt = (lambda v: f"{v:,.0f}") if r["unit"] == "tokens" else (lambda v: f"{v:.2f}")
         cells = " ".join(f"{fmt(r['estimates'][n]):>10s} {r['errors'][n]:>+7.1%}" for n in names)
-        print(f"{r['id']:44s} {r['unit']:>6s} {fmt(r['measured']):>11s} {cells}")
+        print(f"{r['id']:{width}s} {r['unit']:>6s} {fmt(r['measured']):>11s} {cells}")
     for name, (med, p90, worst) in kv_summary(rows).items():
         print(f"KV cache, {name:9s} over {len(rows)} pairs: median error {med:.1%}, p90 {p90:.1%}, worst {worst:.1%}")
     # the release coefficients of 0.17+ were read off the llm-d-planner sweep: the other pairs are out of sample
@@ -213,6 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         med, p90, worst = summary([r["errors"]["planner"] for r in held])
         print(f"KV cache, planner   over the {len(held)} pairs outside the llm-d sweep: median error {med:.1%}, "
               f"p90 {p90:.1%}, worst {worst:.1%}")
+    # full-budget start-ups after 0.19 (CUDA graphs inside the budget, Model Runner V2 for dense models from 0.25)
+    late = [r for r, p in zip(rows, data["kv_pairs"], strict=True)
+            if releases.parse_version(str(p["config"].get("vllm_version", "latest"))) >= (0, 20, 0)]
+    if late:
+        for name in names:
+            med, p90, worst = summary([r["errors"][name] for r in late])
+            print(f"KV cache, {name:9s} over the {len(late)} pairs after 0.19: median error {med:.1%}, "
+                  f"p90 {p90:.1%}, worst {worst:.1%}")
     print()
     wrows = weight_errors(data)
     for pid, est, measured, err in wrows:
@@ -228,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         nmed, _, nworst = summary([r[4] for r in trows])
         print(f"Tokens from the printed KV memory over {len(trows)} hybrid pairs: median error {med:.1%}, worst "
               f"{worst:.1%} (attention-only count: median {nmed:.1%}, worst {nworst:.1%})\n")
+    for pid, est, measured in block_errors(data):
+        print(f"{pid:42s} {est:>10,} tok {measured:>10,} tok {'exact' if est == measured else 'differs':>8s}"
+              "  (Mamba hybrid: the unified attention block)")
     for pid, est, measured, err in request_errors(data):
         print(f"{pid:42s} {est:>10.2f} GiB {measured:>8.2f} GiB {err:>+8.1%}  (one request's KV need)")
     return 0

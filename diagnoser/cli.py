@@ -612,6 +612,8 @@ def plan_command() -> click.Command:
     @click.option("--max-num-batched-tokens", callback=_batched_tokens,
                   help="vLLM's flag (default: per release); 8192 or 8K.")
     @click.option("--enforce-eager", is_flag=True, default=None, help="vLLM's flag: no CUDA graphs.")
+    @click.option("--kv-cache-memory-bytes", help="vLLM's flag (0.10.2+): a fixed KV cache per GPU, in bytes or a size "
+                  "(8GiB); the utilization share no longer caps it.")
     @click.option("--weights", help="Weight memory per GPU (replaces the estimate), e.g. 16GB.")
     @click.option("--overhead", help="Activations + CUDA graphs + non-torch memory (replaces the estimate).")
     @click.option("--vllm-version", default="latest", show_default=True,

@@ -316,6 +316,7 @@ def _plan_input(s: Start) -> sizing.PlanInput | None:
     if s.arch is None or not total:
         return None
     ctx = s.context
+    fixed = _fixed_kv_bytes(ctx)
     seqs = s.settings["max_num_seqs"]["value"]
     batched = s.settings["max_num_batched_tokens"]["value"]
     return sizing.PlanInput(
@@ -328,7 +329,15 @@ def _plan_input(s: Start) -> sizing.PlanInput | None:
         tensor_parallel_size=int((ctx.tensor_parallel_size if ctx else None) or 1),
         pipeline_parallel_size=int((ctx.pipeline_parallel_size if ctx else None) or 1),
         max_num_seqs=int(seqs), max_num_batched_tokens=int(batched),
-        enforce_eager=bool(ctx.enforce_eager) if ctx else False, version=s.version, engine=s.engine)
+        enforce_eager=bool(ctx.enforce_eager) if ctx else False, version=s.version, engine=s.engine,
+        kv_cache_bytes=fixed, kv_cache_fixed=fixed is not None)
+
+
+def _fixed_kv_bytes(ctx: Context | None) -> float | None:
+    """--kv-cache-memory-bytes as the start's args print it (an integer of bytes), else None."""
+    value = ctx.args.get("kv_cache_memory_bytes") if ctx is not None else None
+    text = str(value).strip() if value is not None else ""
+    return float(text) if text.isdigit() and int(text) > 0 else None
 
 
 def complete(s: Start, peer: Start | None = None) -> None:

@@ -39,6 +39,7 @@ class KeywordIndex:
         self._hs_tried = False
         self._search: Any = None
         self._calls = 0
+        self._last: tuple[str, list[str]] | None = None  #: the last long text asked and its keywords
 
     def present(self, low: str) -> list[str]:
         """The keywords that occur in `low` (lower-cased text), in index order."""
@@ -47,6 +48,17 @@ class KeywordIndex:
             # a small input: building the trie regex (tens of ms) or loading the database costs more than
             # testing each keyword on its few hundred lines
             return [w for w in self.words if w in low]
+        if len(low) >= LONG_TEXT:
+            # the same long text is often asked again (the matcher's window of one piece of an enormous line,
+            # lower-cased anew): comparing it costs a memcmp, searching it a pass of a megabyte
+            if self._last is not None and self._last[0] == low:
+                return list(self._last[1])
+            found_words = self._present(low)
+            self._last = (low, found_words)
+            return list(found_words)
+        return self._present(low)
+
+    def _present(self, low: str) -> list[str]:
         db = self._db()
         if db is not None:
             found: set[int] = set()
@@ -66,6 +78,21 @@ class KeywordIndex:
             m = search(low, m.start() + 1)
         words = self.words
         return [words[i] for i in sorted(ids)]
+
+    def any_in(self, text: str) -> bool:
+        """Whether any keyword occurs in `text` (as given, no case folding): a text of SMALL_BLOCK or more is
+        searched in one hyperscan pass that stops at the first keyword; else (or without the `fast` extra) a
+        substring test per keyword, which in pure Python beats any regex over a long text."""
+        if len(text) >= SMALL_BLOCK and (db := self._db()) is not None:
+            found: list[int] = []
+            try:
+                db.scan(text.encode("utf-8", "surrogatepass"),
+                        match_event_handler=lambda i, _s, _e, _f, _c: found.append(i) or True)  # True: stop
+            except Exception:  # noqa: BLE001 - hyperscan.ScanTerminated: the handler stopped it at the first one
+                if not found:
+                    raise
+            return bool(found)
+        return any(w in text for w in self.words)
 
     def owners(self, words: Iterable[str]) -> list[int]:
         """Items having any of `words`, in item order."""
@@ -209,6 +236,11 @@ class BlockPattern:
             if m is not None and m.end() == e:
                 pos = e
                 yield m
+
+    @property
+    def accelerated(self) -> bool:
+        """Whether a range of SMALL_BLOCK or more is searched by hyperscan (the `fast` extra)."""
+        return self._db() is not None
 
     def search(self, block: bytes) -> bool:
         """Whether the pattern occurs in the block at all."""

@@ -726,6 +726,17 @@ def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False, b
     return int(base + per_layer * layers_per_stage(arch.layers, pp))
 
 
+def device_need(weights: float, overhead: float, graphs_outside: float, kv_cache: float) -> float:
+    """Device memory one rank holds once its KV cache is allocated: weights, the profiled peaks (overhead), CUDA
+    graphs captured outside the budget and the KV cache. With --kv-cache-memory-bytes nothing caps this at the
+    utilization share, so it must fit the whole GPU.
+
+    >>> device_need(10.0, 2.0, 1.0, 8.0), device_need(10.0, 2.0, 0.0, -3.0)
+    (21.0, 12.0)
+    """
+    return weights + overhead + graphs_outside + max(0.0, kv_cache)
+
+
 def lower_utilization(current: float | None, free_gib: float, total_gib: float | None,
                       floor: float = 0.5) -> float:
     """Utilization that leaves `free_gib` more outside vLLM's budget (for warmup, graphs, other tenants).

@@ -23,12 +23,13 @@ from itertools import accumulate
 from typing import Any, BinaryIO
 
 from .fastdataclass import dataclass
-from .keywords import literal_database, trie_pattern
+from .keywords import BlockPattern, KeywordIndex, literal_database, trie_pattern
 from .shapes import Decoder
 
 BLOCK = 1 << 20          #: bytes read at a time
 MAX_LINE = 1 << 20       #: a longer line is handled in pieces of this size (same line number)
 PASTE_MAX = 8 << 20     #: inputs past this size are files, not pastes: no hard-wrap detection
+LONG_RAW = 1 << 12       #: a line this long is checked for control bytes before cleaning
 FOLLOW = 3               #: lines kept after a keyword line, for wrapped messages
 WRAP_MAX = 12            #: more lines kept while they are pieces of one hard-wrapped message (equal widths)
 WRAP_MIN_WIDTH = 40      #: a terminal or chat window wraps at this many columns or more
@@ -41,6 +42,12 @@ ANSI = re.compile(
     r"|(?<![\w\]\[])\[[0-9]{1,3}(?:;[0-9]{1,3})*m"  # ESC lost in transit, '[1;36m' left
 )
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+#: ANSI's last alternative (the ESC lost in transit), led by its literal "[" so that re skips to each "[" in C:
+#: all that ANSI can match in a text without ESC and without the caret form
+LOST_ESC = re.compile(r"\[(?<![\w\]\[]\[)[0-9]{1,3}(?:;[0-9]{1,3})*m")
+#: CONTROL's characters as bytes (the same in UTF-8): a long raw line without any needs no CONTROL pass
+_CONTROL_BYTES = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])
+_CONTROL_SEARCH = BlockPattern(re.compile(CONTROL.pattern.encode()), 1)
 
 LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 PROC = r"\((?P<proc>[A-Za-z_][\w]*(?:[ _][\w=]+)*?)\s+pid=(?P<pid>\d+)(?:,\s*ip=[^)\s]*)?\)"
@@ -68,6 +75,19 @@ PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:\[(?P<src>[^\]\s]+:\d+)\]|(?P<src_old>[\w./-]+:\d+)\])?[ \t]?")),
     ("uvicorn", re.compile(rf"^(?P<level>{LEVELS}):\s+")),
 )
+
+
+def _any_prefix(prefixes: tuple[tuple[str, re.Pattern[str]], ...]) -> re.Pattern[str]:
+    """PREFIXES as one alternation, each in a group named after it (its own groups renamed `NAME__GROUP`):
+    one C-level match per prefix stripped instead of a Python call per table row. Alternatives are tried in
+    the table's order, so the first row that matches wins, as in the loop."""
+    def own(name: str, body: str) -> str:
+        return re.sub(r"\(\?P<(\w+)>", lambda m: f"(?P<{name}__{m.group(1)}>", body)
+    return re.compile("|".join(f"(?P<{name}>{own(name, p.pattern)})" for name, p in prefixes))
+
+
+_PREFIX = _any_prefix(PREFIXES)
+_PREFIX_GROUPS = {name: [(f"{name}__{g}", g) for g in p.groupindex] for name, p in PREFIXES}
 
 #: Where a flattened log restarts a record: a process tag or a vLLM header not at the line start.
 RESTART = re.compile(
@@ -100,6 +120,7 @@ USER_CONTENT = re.compile(
 #: What USER_CONTENT needs: one of its line starts, or one of these literals.
 _USER_CONTENT_STARTS = ("Received request", "Added request", "Finished request", "Aborted request", "Request ")
 _USER_CONTENT_WORDS = ("prompt: '", "prompt_token_ids: [", '"GET /', '"POST /', '"PUT /', '"DELETE /')
+_USER_CONTENT_ANY = KeywordIndex([w] for w in _USER_CONTENT_WORDS)
 
 
 @dataclass(slots=True)
@@ -138,11 +159,16 @@ class ReadStats:
 Redactor = Callable[[str], str]
 
 
-def clean_text(text: str) -> str:
-    """Strip ANSI escapes and control characters from one physical line (no newlines inside)."""
-    if "\x1b" in text or "[" in text:
+def clean_text(text: str, controls: bool = True) -> str:
+    """Strip ANSI escapes and control characters from one physical line (no newlines inside).
+
+    `controls=False`: the caller knows the text holds no control character (no CONTROL pass).
+    """
+    if "\x1b" in text or "^[[" in text:
         text = ANSI.sub("", text)
-    return CONTROL.sub("", text)
+    elif "[" in text:
+        text = LOST_ESC.sub("", text)
+    return CONTROL.sub("", text) if controls else text
 
 
 #: The line's own leading prefixes (a process tag, a vLLM header): no record restarts inside them.
@@ -151,6 +177,7 @@ _LEAD = re.compile(r"(?:" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?
 #: Literal words that any restart point needs (a cheap test before the regexes run over a long line).
 _RESTART_WORDS = ("pid=", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "Traceback", ' File "', "Error: ",
                   "Exception: ", "[rank", "Exit: ", "Interrupt: ")
+_RESTART_ANY = KeywordIndex([w] for w in _RESTART_WORDS)  # one pass over a 1 MB piece, not 13
 
 
 def split_flattened(text: str) -> list[str]:
@@ -163,7 +190,7 @@ def split_flattened(text: str) -> list[str]:
         return [text]
     lead = _LEAD.match(text)
     begin = max(1, lead.end() if lead else 1)
-    if not any(text.find(word, begin) != -1 for word in _RESTART_WORDS):
+    if not _RESTART_ANY.any_in(text[begin:]):
         return [text]  # no second record can start here (the common case: one long request line)
     parts = _cut(text, RESTART)
     if len(parts) > 1 or text.find("Traceback (most recent call last)", 1) > 0 or text.count(' File "') > 1:
@@ -190,42 +217,51 @@ def parse_line(number: int, text: str, follow: bool = False) -> Line:
     """Strip and record the prefixes of one clean line."""
     line = Line(number=number, text=text, raw=text, follow=follow)
     rest = text
-    changed = True
     guard = 0
-    while changed and rest and guard < 8:
-        changed = False
+    while rest and guard < 8:
         guard += 1
-        for name, pattern in PREFIXES:
-            m = pattern.match(rest)
-            if not m or m.end() == 0:
-                continue
-            groups = m.groupdict()
-            if name == "proc":
-                if line.process is None:
-                    line.process = groups["proc"]
-                    line.pid = int(groups["pid"])
-                    r = RANK_IN_PROC.search(groups["proc"])
-                    if r and line.rank is None:
-                        line.rank = int(r.group(1))
-            elif name == "rank":
-                line.rank = int(groups["rank"])
-            elif name in ("vllm", "uvicorn"):
-                line.level = groups["level"]
-                line.timestamp = groups.get("ts")
-                line.source = groups.get("src") or groups.get("src_old")
-            rest = rest[m.end():]
-            changed = True
+        found = _next_prefix(rest)
+        if found is None:
             break
+        name, m, groups = found
+        if name == "proc":
+            if line.process is None:
+                line.process = groups["proc"]
+                line.pid = int(groups["pid"])
+                r = RANK_IN_PROC.search(groups["proc"])
+                if r and line.rank is None:
+                    line.rank = int(r.group(1))
+        elif name == "rank":
+            line.rank = int(groups["rank"])
+        elif name in ("vllm", "uvicorn"):
+            line.level = groups["level"]
+            line.timestamp = groups.get("ts")
+            line.source = groups.get("src") or groups.get("src_old")
+        rest = rest[m.end():]
     line.text = rest.rstrip()
     line.user_content = _user_content(line.text)
     return line
 
 
+def _next_prefix(rest: str) -> tuple[str, re.Match[str], dict[str, str | None]] | None:
+    """The first PREFIXES row that matches a non-empty start of `rest`: (name, match, its groups)."""
+    m = _PREFIX.match(rest)
+    if m is None:
+        return None  # no row matches (the common last round: one C-level try)
+    if m.end() > 0:
+        name = m.lastgroup or ""
+        return name, m, {group: m.group(full) for full, group in _PREFIX_GROUPS[name]}
+    for name, pattern in PREFIXES:  # a row matched empty: the table's loop skips such a match
+        m = pattern.match(rest)
+        if m and m.end() > 0:
+            return name, m, m.groupdict()
+    return None
+
+
 def _user_content(text: str) -> bool:
-    """USER_CONTENT.search(text), with the regex run over a long text only when one of its literals is there
-    (an alternation with word boundaries scans a 1 MB piece of an enormous line at about 6 MB/s)."""
-    if len(text) > 2000 and not text.startswith(_USER_CONTENT_STARTS) and not any(
-            w in text for w in _USER_CONTENT_WORDS):
+    """USER_CONTENT.search(text), with the regex run only when one of its literals is there (an alternation with
+    word boundaries scans a 1 MB piece of an enormous line at about 6 MB/s, and costs a stats line 5 us)."""
+    if not text.startswith(_USER_CONTENT_STARTS) and not _USER_CONTENT_ANY.any_in(text):
         return False
     return USER_CONTENT.search(text) is not None
 
@@ -257,10 +293,14 @@ def _physical_to_lines(number: int, raw: bytes, redact: Redactor | None, follow:
     """One physical line (CRLF/`\\r` frames included) -> cleaned, parsed Lines."""
     text = _decode(raw)
     frames = text.split("\r") if "\r" in text else [text]
+    # a long line (a piece of an enormous one) is checked for control bytes in one C pass: the CONTROL regex
+    # crawls over a megabyte at about 80 MB/s
+    controls = len(raw) < LONG_RAW or (_CONTROL_SEARCH.search(raw) if _CONTROL_SEARCH.accelerated
+                                       else len(raw.translate(None, _CONTROL_BYTES)) != len(raw))
     for frame in frames:
-        if not frame.strip():
+        if not frame or frame.isspace():  # (strip() would copy a megabyte piece)
             continue
-        cleaned = clean_text(frame)
+        cleaned = clean_text(frame, controls)
         if ("`" in cleaned or "~~~" in cleaned) and FENCE.match(cleaned):
             continue
         if redact is not None:
@@ -305,6 +345,10 @@ class Prefilter:
         """Whether big blocks are searched by hyperscan (the `fast` extra)."""
         return self._hyperscan() is not None
 
+    def plain(self, size: int) -> bool:
+        """Whether the next `size` bytes will be searched by the regex (no hyperscan, past SMALL_INPUT)."""
+        return self._searched + size > self.SMALL_INPUT and self._hyperscan() is None
+
     def _hyperscan(self) -> Any:
         if not self._hs_tried:
             self._hs_tried = True
@@ -316,6 +360,8 @@ class Prefilter:
         if len(line) < 4096:
             low = line.lower()
             return any(k in low for k in self.keywords)
+        if self._hyperscan() is not None:
+            return bool(self._hit_lines_hs(line))
         return self._any is not None and self._any.search(line.lower()) is not None
 
     def hit_lines(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
@@ -489,8 +535,9 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             # past the paste-sized start, or when the start is not a hard-wrapped paste: the same lines, found
             # without a pass over each line of the block (request-logger and access lines are skipped where
             # the search lands, not blanked beforehand; request-logger lines, most of the bytes when request
-            # logging is on, are not even searched)
-            if st.bytes > PASTE_MAX or not _hard_wrapped(decoded):
+            # logging is on, are not even searched). Without hyperscan, access lines are blanked all the same:
+            # one C-level test per line is far cheaper than the keyword regex crawling over them.
+            if (st.bytes > PASTE_MAX or not _hard_wrapped(decoded)) and not prefilter.plain(len(decoded)):
                 gaps = _gaps(decoded, user_spans(decoded))
                 # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
                 index = LineIndex(decoded) if decoded is block else None
@@ -753,16 +800,35 @@ def _width(block: bytes, start: int, blank: Callable[[bytes, int], bool] | None 
 
 def _follow_after(block: bytes, prefilter: Prefilter, blank: Callable[[bytes, int], bool] | None = None) -> int:
     """Follow lines still owed to the next block (a keyword line among the last FOLLOW of this one)."""
-    tail = block[-(MAX_LINE // 4):]
-    tail_lines = tail.split(b"\n")[:-1][-FOLLOW:]
-    offset = len(tail) - sum(len(t) + 1 for t in tail_lines)
+    # the last FOLLOW lines ending in a newline within the block's last MAX_LINE/4 bytes (the first of them cut
+    # there when it is longer), found from the end rather than by splitting those bytes
+    lo = max(0, len(block) - MAX_LINE // 4)
+    ends: list[int] = []
+    i = len(block)
+    while len(ends) <= FOLLOW and (i := block.rfind(b"\n", lo, i)) != -1:
+        ends.append(i)
+    if not ends:
+        return 0
+    ends.reverse()
+    lines = list(zip([lo, *(e + 1 for e in ends[:-1])], ends, strict=True))[-FOLLOW:]  # (start, end) of each
     owed = 0
-    for i, raw in enumerate(tail_lines):
-        blanked = blank is not None and blank(tail, offset)
-        offset += len(raw) + 1
-        if not blanked and prefilter.holds(raw):
-            owed = FOLLOW - (len(tail_lines) - 1 - i)
+    for i, (start, end) in enumerate(lines):
+        if not (blank is not None and blank(block, start)) and prefilter.holds(block[start:end]):
+            owed = FOLLOW - (len(lines) - 1 - i)
     return max(owed, 0)
+
+
+def _memo(blank: Callable[[bytes, int], bool]) -> Callable[[bytes, int], bool]:
+    """`blank` remembered per offset, for one block."""
+    seen: dict[int, bool] = {}
+
+    def at(block: bytes, start: int) -> bool:
+        known = seen.get(start)
+        if known is None:
+            known = seen[start] = blank(block, start)
+        return known
+
+    return at
 
 
 def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, redact: Redactor | None,
@@ -781,6 +847,7 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
     if starts is None:
         starts = prefilter.hit_lines(block)
     if blank is not None:
+        blank = _memo(blank)  # a follow line's test is asked again when it is emitted
         starts = [s for s in starts if not blank(block, s)]
     # the first lines of the block may still be owed as follow lines of the previous block
     pos, number, emitted_upto = 0, first_number, -1
@@ -815,15 +882,15 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         best[off] = best.get(off, True) and follow
     last_off = 0
     for off in sorted(best):
-        if off <= emitted_upto:
-            continue
+        if off <= emitted_upto or (blank is not None and blank(block, off)):
+            continue  # a blank line (request-logger, access) yields nothing: not even decoded
         if index is None:
             number += block.count(b"\n", last_off, off)
         else:
             number = first_number + index.at(off)
         last_off = off
         end = block.find(b"\n", off)
-        raw = b"" if blank is not None and blank(block, off) else block[off:end]
+        raw = block[off:end]
         emitted_upto = off
         st.decoded_lines += 1
         physical = first_number + line_map[number - first_number] if line_map else number

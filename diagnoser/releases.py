@@ -62,6 +62,7 @@ class Entry:
     chunked: bool | None = None
     floor_len: bool = False
     source: str = ""
+    runner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def load() -> Releases:
         settings[name] = tuple(
             Entry(since=parse_version(str(e["since"])), value=e.get("value"), engine=e.get("engine"),
                   tier=e.get("tier"), chunked=e.get("chunked"), floor_len=bool(e.get("floor_len")),
-                  source=e.get("source", ""))
+                  source=e.get("source", ""), runner=e.get("runner"))
             for e in entries)
     tiers = {name: tuple({**r, "since": parse_version(str(r["since"]))} for r in rules)
              for name, rules in raw["tiers"].items()}
@@ -143,11 +144,12 @@ def is_chunked_v0(max_model_len: int, version: Version | None = None) -> bool:
     return max_model_len > load().long_context
 
 
-def _lookup(name: str, version: Version, engine: str | None, tiers: frozenset[str], chunked: bool) -> Entry:
+def _lookup(name: str, version: Version, engine: str | None, tiers: frozenset[str], chunked: bool,
+            runner: str | None = None) -> Entry:
     entries = load().settings[name]
     fits = [e for e in entries
             if (e.engine is None or e.engine == engine) and (e.tier is None or e.tier in tiers)
-            and (e.chunked is None or e.chunked == chunked)]
+            and (e.chunked is None or e.chunked == chunked) and (e.runner is None or e.runner == runner)]
     if not fits:
         raise KeyError(f"releases.yaml: settings.{name}: no entry for engine {engine}")
     live = [e for e in fits if e.since <= version]
@@ -168,12 +170,13 @@ class Default:
 
 def default_entry(name: str, version: Version, *, engine: str | None = None, gpu_gib: float = 0.0,
                   gpu_name: str = "", max_model_len: int = 0, max_num_seqs: int | None = None,
-                  max_num_batched_tokens: int | None = None) -> Default:
-    """The default `name` had for this release, engine, GPU and length, with the release it changed in."""
+                  max_num_batched_tokens: int | None = None, runner: str | None = None) -> Default:
+    """The default `name` had for this release, engine, GPU and length (and, for the planner's coefficients,
+    model runner), with the release it changed in."""
     engine = engine_for(version, engine)
     tiers = gpu_tiers(version, gpu_gib, gpu_name) if engine == "V1" else frozenset({"small"})
     chunked = engine == "V0" and is_chunked_v0(max_model_len, version)
-    entry = _lookup(name, version, engine, tiers, chunked)
+    entry = _lookup(name, version, engine, tiers, chunked, runner)
     value = entry.value
     if entry.floor_len:
         value = max(int(value), int(max_model_len))

@@ -52,20 +52,36 @@ def graphs_budgeted(version: Version) -> bool:
     return bool(releases.default("cuda_graphs_in_budget", version))
 
 
+def model_runner(arch: ArchSpec, version: Version, engine: str | None = None) -> str:
+    """'MRV2' when the release runs this model on Model Runner V2 by default (dense models from 0.25, every
+    model from 0.29: settings.model_runner_v2), else 'MRV1'; the planner's coefficients differ by runner.
+
+    >>> a = ArchSpec("t", layers=2, hidden_size=64, num_attention_heads=2, num_key_value_heads=2,
+    ...              intermediate_size=128, vocab_size=100)
+    >>> model_runner(a, (0, 24, 0)), model_runner(a, (0, 27, 1)), model_runner(a, (0, 27, 1), "V0")
+    ('MRV1', 'MRV2', 'MRV1')
+    """
+    if releases.engine_for(version, engine) != "V1":
+        return "MRV1"
+    scope = releases.default("model_runner_v2", version, engine="V1")
+    dense = not arch.is_moe and not arch.is_hybrid
+    return "MRV2" if scope == "all" or (scope == "dense" and dense) else "MRV1"
+
+
 def sampler_bytes_per_logit(version: Version, flashinfer: bool | None = None, engine: str | None = None,
-                            opt_in: bool | None = None) -> float:
+                            opt_in: bool | None = None, runner: str | None = None) -> float:
     """Sampler working memory per logit in the profiling peak.
 
     FlashInfer's kernel samples when VLLM_USE_FLASHINFER_SAMPLER says so (`opt_in`), else when FlashInfer is
     installed (`flashinfer`; None: a dependency of the CUDA wheel from 0.11.0, optional before) and the release
-    turns it on by default; otherwise the PyTorch path's coefficient of the release."""
+    turns it on by default; otherwise the PyTorch path's coefficient of the release and model runner."""
     if flashinfer is None:
         flashinfer = version >= (0, 11, 0)
     on = opt_in if opt_in is not None else (
         flashinfer and bool(releases.default("flashinfer_sampler", version, engine=engine)))
     if on and releases.engine_for(version, engine) == "V1":
         return float(m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT)
-    return float(releases.default("sampler_bytes_per_logit", version))
+    return float(releases.default("sampler_bytes_per_logit", version, runner=runner))
 
 
 def non_torch_bytes(tp: int, pp: int, gpu_name: str, version: Version, custom_all_reduce: bool | None = None) -> int:
@@ -84,13 +100,14 @@ def non_torch_rule(tp: int, version: Version) -> str:
     return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
 
 
-def cuda_graph_bytes(arch: ArchSpec, pp: int, enforce_eager: bool, version: Version, engine: str | None) -> int:
+def cuda_graph_bytes(arch: ArchSpec, pp: int, enforce_eager: bool, version: Version, engine: str | None,
+                     runner: str | None = None) -> int:
     """memory.cuda_graph_bytes with the release's fixed and per-layer parts (FULL and PIECEWISE capture passes
-    from 0.11 hold about three times the per-layer buffers)."""
+    from 0.11 hold about three times the per-layer buffers; Model Runner V2 adds almost nothing to its peak)."""
+    where = {"engine": engine, "runner": runner}
     return m.cuda_graph_bytes(arch, pp, enforce_eager,
-                              base=float(releases.default("cuda_graph_base_gib", version, engine=engine)) * GIB,
-                              per_layer=float(releases.default("cuda_graph_per_layer_gib", version,
-                                                               engine=engine)) * GIB)
+                              base=float(releases.default("cuda_graph_base_gib", version, **where)) * GIB,
+                              per_layer=float(releases.default("cuda_graph_per_layer_gib", version, **where)) * GIB)
 
 
 def ssm_state_bytes(arch: ArchSpec, mamba_ssm_cache_dtype: str | None, model_dtype_bytes: float) -> float:
@@ -165,6 +182,8 @@ class PlanResult:
     block_size: int = m.BLOCK_SIZE  # the unified block of a hybrid model, else --block-size
     state_pages: int = 1  # pages a hybrid model's state layer holds per sequence (0: outside the cache)
     sources: dict[str, str] = field(default_factory=dict)
+    model_runner: str = "MRV1"  # the model runner whose coefficients apply (model_runner)
+    sampler_bytes_per_logit: float = float(m.SAMPLER_BYTES_PER_LOGIT)  # the coefficient used
 
 
 def plan_memory(inp: PlanInput) -> PlanResult:
@@ -190,9 +209,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     weights = float(inp.weights) if inp.weights is not None else float(weight_bytes(arch, mdb, quant, bits, tp, pp))
     weights = max(0.0, weights - inp.cpu_offload_bytes)
     v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
-    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked,
-                                 bytes_per_logit=sampler_bytes_per_logit(v, inp.flashinfer, engine,
-                                                                         inp.flashinfer_sampler)))
+    runner = model_runner(arch, v, engine)
+    per_logit = sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler, runner)
+    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked, bytes_per_logit=per_logit))
     if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
         act = max(act, float(encoder_bytes(arch, batched, mdb)))
     hybrid = hybrid_layout(inp, engine, mdb, kvb)
@@ -200,11 +219,12 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         # V0 keeps the state of max_num_seqs sequences outside the cache, allocated in the profiling run
         act += seqs * hybrid.state_layers * hybrid.state_bytes
     ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
-    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine))
+    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine, runner))
     in_budget = graphs_budgeted(v)
     sources["overhead"] = "given" if inp.overhead is not None else "estimated"
     overhead = float(inp.overhead) if inp.overhead is not None else act + ntm + (graphs if in_budget else 0.0)
-    sources["kv_cache"] = "measured" if inp.kv_cache_bytes is not None else "computed"
+    sources["kv_cache"] = "fixed by --kv-cache-memory-bytes" if inp.kv_cache_fixed and inp.kv_cache_bytes is not None \
+        else "measured" if inp.kv_cache_bytes is not None else "computed"
     kv_room = float(inp.kv_cache_bytes) if inp.kv_cache_bytes is not None else budget - weights - overhead
     per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
     # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
@@ -224,6 +244,9 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         tokens = kv_cache_tokens(kv_room, per_token, hybrid.block_size)
         conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
     fits = kv_room > 0 and need <= kv_room
+    if inp.kv_cache_fixed:
+        # --kv-cache-memory-bytes is not capped by the utilization share: the whole device must hold it
+        fits = fits and m.device_need(weights, overhead, 0.0 if in_budget else graphs, kv_room) <= inp.gpu_bytes
     fit_len = max_model_len_for(arch, kv_room, max(max_len, arch.max_position_embeddings or 0, 1), **kw)
     if inp.max_model_len_auto and 0 < fit_len < max_len and not inp.max_model_len:
         # vLLM's 'auto': the model's maximum, cut to the longest length one request's KV cache fits in
@@ -236,7 +259,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         max_concurrency=conc, fits=fits, max_model_len_that_fits=round_down(fit_len) if fit_len >= LEN_STEP
         else fit_len, max_num_seqs=seqs, max_num_batched_tokens=batched,
         quant_format=quant_format(quant, bits), block_size=hybrid.block_size, state_pages=hybrid.state_pages,
-        sources=sources,
+        sources=sources, model_runner=runner, sampler_bytes_per_logit=per_logit,
     )
 
 
@@ -341,6 +364,12 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
     return out
 
 
+def device_need_bytes(res: PlanResult) -> float:
+    """memory.device_need for a plan: what one rank holds once its KV cache is allocated."""
+    return m.device_need(res.weights_bytes, res.overhead_bytes, 0.0 if res.graphs_in_budget else res.cuda_graph_bytes,
+                         res.kv_cache_bytes)
+
+
 def whole_gpu_kv_bytes(res: PlanResult, spare: float = 0.02) -> float:
     """KV memory --kv-cache-memory-bytes can give: the GPU less 2%, the weights, the profiled peaks and the CUDA
     graphs (budgeted or not: with a fixed KV size they all come out of the same device)."""
@@ -415,9 +444,12 @@ def physics_assumptions(res: PlanResult) -> list[str]:
     if engine == "V0" and not releases.is_chunked_v0(res.max_model_len, v) and not inp.max_num_batched_tokens:
         out.append(f"V0 without chunked prefill profiles one batch of max(max_model_len, 2048) = "
                    f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
-    if sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler) == \
-            m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
+    if res.sampler_bytes_per_logit == m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
         out.append("sampler: FlashInfer's top-p/top-k kernel (no sort), 12 bytes per logit")
+    if res.model_runner == "MRV2":
+        out.append(f"Model Runner V2 (dense models from vLLM 0.25, every model from 0.29): the profiled peak is the "
+                   f"forward pass (the sampler keeps {res.sampler_bytes_per_logit:g} bytes per logit) plus "
+                   f"{res.cuda_graph_bytes / GIB:.2f} GiB for the graph estimate and a cold compile's workspace")
     if a.vision and engine == "V1":
         if inp.skip_mm_profiling:
             out.append("multimodal: --skip-mm-profiling, the encoder is not profiled")

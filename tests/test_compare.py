@@ -18,6 +18,8 @@ from diagnoser.plan import plan_config
 from .conftest import FIXTURES
 from .test_cli import doctor
 
+GIB = 1 << 30
+
 PAIRS = yaml.safe_load((FIXTURES / "compare" / "expected.yaml").read_text())
 
 
@@ -313,3 +315,15 @@ def test_explain_compare_is_the_commands_page() -> None:
     out = run.stdout.decode()
     assert run.returncode == 0 and out.startswith("Usage: vllm-doctor compare [OPTIONS] LOGS...")
     assert "Exit 1 when the last log failed to start" in out and "--format [text|json|markdown|html]" in out
+
+
+def test_kv_cache_memory_bytes_sizes_the_planned_start() -> None:
+    """A start launched with --kv-cache-memory-bytes is planned with that KV size, not the utilization share."""
+    before, after = _paths(PAIRS[0])
+    with open(before, "rb") as fb, open(after, "rb") as fa:
+        start = cmp.compare_reports([diagnose(fb, "before.log"), diagnose(fa, "after.log")]).starts[1]
+    start.context.args["kv_cache_memory_bytes"] = 2 * GIB
+    inp = cmp._plan_input(start)
+    assert inp is not None and inp.kv_cache_fixed and inp.kv_cache_bytes == 2 * GIB
+    start.context.args["kv_cache_memory_bytes"] = "lots"
+    assert not cmp._plan_input(start).kv_cache_fixed

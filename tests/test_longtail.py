@@ -129,3 +129,35 @@ def test_advice_helpers():
     assert fn.pip_package("some_pkg") == "some-pkg"
     assert fn.lora_rank_for(16) == 16 and fn.lora_rank_for(600) is None
     assert fn.version_at_least("0.11.0", "0.11") is True and fn.version_at_least(None, "0.11") is None
+
+
+def test_ray_killing_a_worker_for_host_memory_is_not_a_gpu_oom():
+    # Ray's memory monitor (host RAM) names its exception OutOfMemoryError too: no GPU-OOM advice for it
+    log = (ENGINE + LOADING
+           + "(EngineCore_DP0 pid=240) ERROR 06-01 10:00:30 [core.py:1] ray.exceptions.OutOfMemoryError: Task was "
+             "killed due to the node running low on memory.\n")
+    rules = [f.rule.id for f in diagnose_text(log).findings]
+    assert not {"weights-oom", "warmup-oom", "serving-oom"} & set(rules), rules
+
+
+def test_kv_cache_memory_bytes_line_tracks_the_stage_and_the_reserved_cache():
+    log = (ENGINE + LOADING
+           + "(VllmWorker TP0 pid=300) INFO 06-01 10:00:40 [gpu_worker.py:276] Initial free memory 74.31 GiB, reserved "
+             "8.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.\n"
+           + "(EngineCore_DP0 pid=240) RuntimeError: Something no rule knows\n")
+    report = diagnose_text(log)
+    assert report.context.available_kv_cache_gib == 8.0 and report.context.gpu_free_gib == 74.31
+    assert (report.findings[0].stage, report.findings[0].fine_stage) == ("startup", "kv_cache_allocation")
+
+
+def test_the_cause_after_tritons_location_header_outranks_the_header():
+    log = (ENGINE + frames("EngineCore_DP0 pid=240", "profile_run", "w8a8_block_fp8_matmul")
+           + "(EngineCore_DP0 pid=240) triton.compiler.errors.CompilationError: at 1:0:\n"
+           + "(EngineCore_DP0 pid=240) def _w8a8_block_fp8_matmul(\n"
+           + "(EngineCore_DP0 pid=240) ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 "
+             "dtypes are ('fp8e4b15', 'fp8e5')\")\n")
+    rules = [f.rule.id for f in diagnose_text(log).findings]
+    assert rules[:2] == ["quantization-unsupported", "compile-failure"]
+    # alone, the header is still a compile failure (not an unrecognized one)
+    header_only = ENGINE + "triton.compiler.errors.CompilationError: at 12:4:\n    pid = tl.program_id(axis=0)\n"
+    assert diagnose_text(header_only).findings[0].rule.id == "compile-failure"

@@ -424,7 +424,7 @@ def test_hybrid_startups_after_0_19_reproduce_vllms_tokens():
     assert all(releases.parse_version(str(p["config"]["vllm_version"])) > (0, 19, 0) for p in pairs)
     for (pid, _est, _printed, err, naive), pair in zip(bench.token_errors(data), pairs, strict=True):
         assert abs(err) <= 0.01, pid
-        assert naive > 0.05, pid  # attention layers alone promise more tokens than vLLM gives
+        assert naive > 0, pid  # attention layers alone promise more tokens than vLLM gives
         inp = sizing.with_changes(bench.plan_input(pair["config"]), kv_cache_bytes=pair["measured"]["kv_cache_gib"] * GIB)
         assert sizing.plan_memory(inp).max_concurrency == pytest.approx(pair["measured"]["max_concurrency"], abs=0.006)
 

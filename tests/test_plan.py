@@ -308,3 +308,87 @@ def test_integer_suffixes_and_auto_length_from_the_command():
     assert 0 < auto["max_model_len"] < 131072 and auto["fits"]
     assert any("--max-model-len auto" in a for a in auto["assumptions"])
     assert run(["--gpu", "L4", "--model", "llama-3.1-8b", "--max-num-batched-tokens", "lots"]).exit_code == 2
+
+
+def test_truth_set_reaches_the_newest_releases():
+    # issue 15 "Truth": full-budget start-ups after 0.19 (CUDA graphs inside the budget), across GPUs, TP/PP, dense,
+    # MoE and quantized; each within the worst-case target, each source quoting the line it was read from
+    bench = _bench()
+    data = bench.load()
+    rows = {r["id"]: r for r in bench.kv_errors(data)}
+    late = [p for p in data["kv_pairs"] if sizing.releases.parse_version(str(p["config"]["vllm_version"])) >= (0, 20, 0)]
+    assert len(late) >= 8
+    assert any(sizing.releases.parse_version(str(p["config"]["vllm_version"])) >= (0, 30, 0) for p in late)
+    assert {int(p["config"].get("tensor_parallel_size", 1)) for p in late} >= {1, 2, 4}
+    assert any(p["config"].get("pipeline_parallel_size") for p in late)
+    assert any(load_model(p["config"]["model"]).arch.is_moe for p in late)
+    assert any("FP8" in p["config"]["model"] for p in late)
+    for p in late:
+        assert abs(rows[p["id"]]["errors"]["planner"]) <= 0.30, p["id"]
+        if p["source"].startswith("https://github.com/search"):
+            assert p["quote"] and p["index"], p["id"]     # a code search for a verbatim line, and the index's id
+
+
+def test_mamba2_unified_block_matches_vllm():
+    # vLLM's 'Setting attention block size to N tokens': Nemotron-Nano-9B-v2's Mamba-2 state page (bf16 conv and
+    # SSM state, 27 of 56 layers) needs a 672-token attention block (vllm-project/vllm#24280)
+    blocks = _bench().block_errors(_bench().load())
+    assert blocks and all(est == measured for _id, est, measured in blocks), blocks
+    data = run_json(["--gpu", "H100", "--model", "nemotron-nano-9b-v2", "--max-model-len", "32768",
+                     "--vllm-version", "0.27.1"])
+    assert any(a.startswith("hybrid Mamba-2: 4 of 56 layers cache KV") and "block 672 tokens" in a
+               for a in data["assumptions"])
+    # the spelled-out product counts the 4 attention layers, not the 25 MLP-only ones
+    text = run(["--gpu", "H100", "--model", "nemotron-nano-9b-v2", "--max-model-len", "32768"]).output
+    assert "16,384 B (16 KiB) = 2 x 4 layers x 8 KV heads x 128 head dim x 2 bytes" in text
+
+
+def test_model_runner_v2_coefficients_by_release():
+    # dense models run on Model Runner V2 from 0.25 (its sampler peak is small, the profiled peak is the forward
+    # pass); MoE models keep the Model Runner V1 coefficients until 0.29
+    def plan(model: str, version: str) -> dict:
+        return run_json(["--gpu", "H100", "--model", model, "--max-model-len", "8192", "--vllm-version", version])
+
+    old, new = plan("llama-3.1-8b", "0.24.0"), plan("llama-3.1-8b", "0.27.1")
+    assert not any("Model Runner V2" in a for a in old["assumptions"])
+    assert any("Model Runner V2" in a for a in new["assumptions"])
+    # H100, 1,024 sequences: the sampler's 1.88 GiB peak gives way to the 0.84 GiB forward pass, graphs 0.83 -> 0.69
+    assert new["overhead_bytes"] < old["overhead_bytes"] - 1.0 * GIB
+    assert not any("Model Runner V2" in a for a in plan("qwen3-30b-a3b", "0.27.1")["assumptions"])
+    assert any("Model Runner V2" in a for a in plan("qwen3-30b-a3b", "0.29.0")["assumptions"])
+
+
+def test_kv_cache_memory_bytes_must_fit_the_whole_gpu():
+    # the fixed KV size is not capped by the utilization share: 8 GiB beside 15 GiB of weights overflows an L4
+    cmd = ["--gpu", "L4", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "16k", "--kv-cache-memory-bytes"]
+    data = run_json([*cmd, "8G"])
+    assert not data["starts"] and data["stage"] == "kv_cache_allocation"
+    assert data["vllm_message"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB")
+    fixed = next(tok for tok in data["command"].split() if tok.isdigit() and int(tok) > 1 << 30)
+    assert 5 * GIB < int(fixed) < 7 * GIB
+    assert not next(r for r in data["what_if"] if r["label"] == "as planned")["fits"]
+    assert next(r for r in data["what_if"] if r["label"].startswith("TP=2"))["fits"]   # half the weights: it fits
+    again = run_json([*cmd, fixed])
+    assert again["starts"] and again["kv_cache_bytes"] == int(fixed)
+    assert run(["--check", *cmd, "8G"]).exit_code == 1
+    assert "whole GPU with the fixed KV cache" in run([*cmd, "8G"]).output
+    # the planner's own option is vLLM's flag too, and the corrected command keeps it
+    opt = run_json(["--gpu", "L4", "--model", "llama-3.1-8b", "--max-model-len", "16384", "--kv-cache-memory-bytes",
+                    "5GiB"])
+    assert opt["starts"] and opt["kv_cache_bytes"] == 5 * GIB and "--kv-cache-memory-bytes 5368709120" in opt["command"]
+
+
+def test_length_spellings_by_release():
+    # vLLM reads 16k / 16K from 0.8.4 and fits 'auto' / -1 from 0.14.0; older releases reject them at the CLI
+    cmd = ["--gpu", "L4", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len"]
+    old = run(["--vllm-version", "0.7.3", *cmd, "16k"])
+    assert old.exit_code == 2 and "invalid int value: '16k'" in old.output
+    assert run_json(["--vllm-version", "0.10.0", *cmd, "16K"])["max_model_len"] == 16384
+    auto = run(["--vllm-version", "0.10.0", *cmd, "auto"])
+    assert auto.exit_code == 2 and "invalid human_readable_int value: 'auto'" in auto.output
+    assert run(["--vllm-version", "0.13.0", *cmd, "-1"]).exit_code == 2
+    fitted = run_json(["--vllm-version", "0.14.0", *cmd, "-1"])
+    assert 0 < fitted["max_model_len"] < 131072 and fitted["starts"]
+    # the advice names 'auto' where the release has it
+    assert "--max-model-len auto" in run_json(["--vllm-version", "0.33.0", *cmd, "65536"])["command_note"]
+    assert "auto" not in run_json(["--vllm-version", "0.10.0", *cmd, "65536"])["command_note"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,56 @@ def test_a_block_pattern_finds_the_same_matches_in_short_and_long_ranges(seed, m
     long = keywords.BlockPattern(BLOCK_ERROR.pattern, BLOCK_ERROR.reach)
     assert [m.span() for m in long.finditer(block)] == short and len(short) == 3
     assert long._hs is not None and long.search(block)
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_any_in_agrees_with_a_substring_test_per_word(pure, monkeypatch):
+    """KeywordIndex.any_in: one hyperscan pass over a long text (stopped at the first word), else `in` tests."""
+    from diagnoser import keywords
+
+    if pure:
+        monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
+    words = ["pid=", "ERROR", ' File "', "Exit: ", "é!"]
+    index = keywords.KeywordIndex([w] for w in words)
+    filler = "x" * keywords.SMALL_BLOCK
+    for text in [filler, filler + "error", filler + "pid=", "ERROR" + filler, filler + "é!", filler + "e!"]:
+        assert index.any_in(text) == any(w in text for w in words)
+    assert (index._hs is not None) == (not pure and keywords.BlockPattern(re.compile(b"x"), 1).accelerated)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_without_hyperscan_a_big_log_is_read_as_with_it(seed, monkeypatch):
+    """Without the `fast` extra, access and request-logger lines are blanked before the keyword regex runs
+    (the regex crawls over them): the same lines come out, with the same numbers, as with hyperscan."""
+    pytest.importorskip("hyperscan")
+    chatter = ("\n".join([ACCESS] * 40 + [REQUEST, STATS, WRAPPED]) + "\n").encode()
+    data = b"".join(_block(s) + chatter * 20 for s in range(seed, seed + 30))
+    assert len(data) > 2 * reader.BLOCK
+
+    def read() -> tuple[list[tuple], Prefilter]:
+        pre = Prefilter([w.decode() for w in prefilter_for(builtin_rules()).keywords])
+        st = ReadStats()
+        got = [(ln.number, ln.text, ln.raw, ln.follow) for ln in reader.read_lines(io.BytesIO(data), pre, None, st)]
+        return [*got, st.lines], pre
+
+    fast, engine = read()
+    monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
+    plain, regex = read()
+    assert engine.accelerated and not regex.accelerated and regex.plain(1)
+    assert plain == fast and len(fast) > 100
+
+
+def test_a_long_text_asked_again_gets_its_own_keywords():
+    """KeywordIndex.present remembers the last long text: asked again (equal, not the same object) it answers
+    from memory, and any other text, even of the same length, is searched."""
+    from diagnoser import keywords
+
+    index = keywords.KeywordIndex([["error"], ["oom"], ["nccl error"]])
+    pad = "x" * keywords.LONG_TEXT
+    first, other = pad + " nccl error", pad + " cuda oom!!"
+    assert index.present(first) == ["error", "nccl error"]
+    assert index.present("".join([pad, " nccl error"])) == ["error", "nccl error"]
+    assert index.present(other) == ["oom"] and index.present(pad) == []
+    got = index.present(first)
+    got.append("mutated")
+    assert index.present(first) == ["error", "nccl error"]

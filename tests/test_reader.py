@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from diagnoser.reader import Prefilter, ReadStats, parse_line, read_lines, split_flattened
+from diagnoser.reader import Prefilter, ReadStats, clean_text, parse_line, read_lines, split_flattened
 
 
 def lines_of(data: bytes, keywords=None):
@@ -152,3 +152,31 @@ def test_piece_of_an_enormous_line_never_cuts_a_utf8_character():
     data = ("é" * 50_000).encode()  # no separator to cut at
     end = reader._piece_end(data + b"\xc3")  # a character's first byte at the end
     assert end == len(data) and data[:end].decode() == "é" * 50_000
+
+
+def test_pieces_of_an_enormous_line_are_cleaned_like_a_short_line(monkeypatch):
+    """A long piece is checked for control bytes in one pass first: with or without any, it comes out as
+    clean_text makes a short line (ANSI, the caret and lost-ESC forms and control characters gone)."""
+    import diagnoser.reader as reader
+
+    monkeypatch.setattr(reader, "MAX_LINE", 1 << 16)
+    monkeypatch.setattr(reader, "BLOCK", 1 << 14)
+    words = "some words [1;36m error a[0m here\x07 ^[[31m ok \x1b[0m done, "
+    for body in (words * 8000, words.replace("\x07", "").replace("\x1b", "") * 8000):
+        out, st = lines_of((body + "\n").encode(), ["error"])
+        assert st.lines == 1 and len(out) > 3
+        assert all(ln.text == clean_text(ln.text) for ln in out)
+        text = " ".join(ln.text for ln in out)
+        assert "\x07" not in text and "\x1b" not in text and "[1;36m" not in text and "[31m" not in text
+        assert "a[0m here" in text and text.count("error") == 8000  # `a[0m`: no lost escape after a word
+
+
+def test_a_long_text_is_split_and_marked_as_a_short_one_is():
+    """split_flattened and the user-content test look for their words in one pass over a long text."""
+    pad = "x" * 70_000
+    flat = f"(APIServer pid=1) INFO 03-06 01:34:23 [a.py:1] {pad} INFO 03-06 01:34:24 [b.py:2] again"
+    assert split_flattened(flat) == [flat[: flat.rindex(" INFO")], "INFO 03-06 01:34:24 [b.py:2] again"]
+    assert split_flattened(f"(APIServer pid=1) INFO 03-06 01:34:23 [a.py:1] {pad} info again") == [
+        f"(APIServer pid=1) INFO 03-06 01:34:23 [a.py:1] {pad} info again"]
+    assert parse_line(1, f"{pad} \"POST /v1/completions HTTP/1.1\" 200 OK").user_content
+    assert not parse_line(1, f"{pad} post /v1/completions").user_content

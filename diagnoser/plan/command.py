@@ -23,6 +23,7 @@ from .resolve import (
     COMMAND,
     LOG,
     NO_MODEL,
+    OPTION,
     MissingInput,
     Resolved,
     VllmRejects,
@@ -98,6 +99,8 @@ def _settings_from(inp: sizing.PlanInput, opts: dict[str, Any]) -> dict[str, Any
             out[key] = str(opts[key])
     if inp.enforce_eager:
         out["enforce_eager"] = True
+    if inp.kv_cache_fixed and inp.kv_cache_bytes is not None:
+        out["kv_cache_memory_bytes"] = str(int(inp.kv_cache_bytes))
     return out
 
 
@@ -106,6 +109,8 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.Se
     """The memory model's input from the resolved settings (vLLM's 'auto' length: None + max_model_len_auto)."""
     max_len = check_max_len(got["max_model_len"])
     auto_len = max_len == -1 and got.came_from("max_model_len") != LOG
+    if got.came_from("max_model_len") == COMMAND:
+        check_length_spelling(str(cmd.values().get("--max-model-len", "")), version)
     if max_len is not None and max_len <= 0:
         max_len = None
     util = got["gpu_memory_utilization"]
@@ -113,7 +118,7 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.Se
     quant = got["quantization"]
     if quant and spec.arch.quantization and quant != spec.arch.quantization:
         spec.notes.append(f"--quantization {quant} replaces the checkpoint's {spec.arch.quantization}")
-    kv_fixed = got.came_from("kv_cache") == COMMAND
+    kv_fixed = got.came_from("kv_cache") in (COMMAND, OPTION)
     return sizing.PlanInput(
         arch=spec.arch, gpu_bytes=gpu.memory_bytes, gpu_name=gpu.name, gpu_memory_utilization=util,
         max_model_len=max_len, kv_cache_dtype=got["kv_cache_dtype"], dtype=got["dtype"], quantization=quant,
@@ -124,6 +129,22 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.Se
         kv_cache_bytes=got["kv_cache"], kv_cache_fixed=kv_fixed, cpu_offload_bytes=got["cpu_offload"] or 0.0,
         version=version, engine=got["engine"], **sizing.serve_extras(cmd.values(), cmd.env, auto_len),
     )
+
+
+def check_length_spelling(text: str, version: Version) -> None:
+    """Raise VllmRejects for a --max-model-len spelling release `version` does not parse: a suffix ('16k') before
+    0.8.4, 'auto' / -1 before 0.14.0 (settings max_model_len_suffixes, max_model_len_auto)."""
+    text = text.strip()
+    auto = text.lower() in ("auto", "-1")
+    if auto and not releases.default("max_model_len_auto", version):
+        if text == "-1":
+            raise VllmRejects(f"--max-model-len -1: vLLM {version_str(version)} has no auto-fit length (added in "
+                              "0.14.0); give a length such as 16384")
+        kind = "human_readable_int" if releases.default("max_model_len_suffixes", version) else "int"
+        raise VllmRejects(f"vllm serve: error: argument --max-model-len: invalid {kind} value: {text!r}")
+    if re.fullmatch(r"\d+(?:\.\d+)?[kKmMgG]", text) and not releases.default("max_model_len_suffixes", version):
+        raise VllmRejects(f"vllm serve: error: argument --max-model-len: invalid int value: {text!r} "
+                          "(k/K suffixes are read from vLLM 0.8.4)")
 
 
 def _measured(ctx: Any) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ def kv_formula(res: sizing.PlanResult, inp: sizing.PlanInput) -> str:
     """The bytes-per-token product, spelled out."""
     a = inp.arch
     tp, pp = inp.tensor_parallel_size, inp.pipeline_parallel_size
-    layers = sum(1 for k in mem.stage_kinds(a, pp) if k != "linear")
+    layers = sum(1 for k in mem.stage_kinds(a, pp) if k in ("full", "sliding"))  # MLP-only and state layers: no KV
     vb = f"{res.kv_value_bytes:g} byte{'s' if res.kv_value_bytes != 1 else ''}"
     if a.is_mla:
         return (f"MLA: {layers} layers x ({a.kv_lora_rank} kv_lora_rank + {a.qk_rope_head_dim} rope dim) x {vb}"
@@ -84,7 +84,7 @@ def _overhead_line(res: sizing.PlanResult, inp: sizing.PlanInput, v: Version, so
                   "release and must fit outside the share")
     return (f"overhead: activations {res.activation_bytes / mem.GIB:.2f} GiB (the larger of the forward pass over "
             f"max_num_batched_tokens={res.max_num_batched_tokens} and the sampler over max_num_seqs="
-            f"{res.max_num_seqs} x {inp.arch.vocab_size:,} vocabulary x {sizing.sampler_bytes_per_logit(v):g} bytes, "
+            f"{res.max_num_seqs} x {inp.arch.vocab_size:,} vocabulary x {res.sampler_bytes_per_logit:g} bytes, "
             f"the coefficient of vLLM {version_str(v)}) + non-torch {res.non_torch_bytes / mem.GIB:.2f} GiB "
             f"({sizing.non_torch_rule(inp.tensor_parallel_size, v)})" + graphs)
 
@@ -136,4 +136,4 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: sizing.PlanResult, got: 
 def render_text(data: dict[str, Any], res: sizing.PlanResult, spec: ModelSpec, gpu: GpuSpec, verdict: Verdict) -> str:
     """The text report of one plan."""
     return _template().render(d=data, res=res, inp=res.inp, arch=spec.arch, gpu=gpu, verdict=verdict,
-                              formula=kv_formula(res, res.inp), mem=mem)
+                              formula=kv_formula(res, res.inp), mem=mem, device_need=sizing.device_need_bytes(res))

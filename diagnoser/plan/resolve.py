@@ -235,7 +235,8 @@ TABLE: tuple[Row, ...] = (
         "max_num_batched_tokens", parse=parse_len),
     Row("weights", "weights", log=_log_weights, parse=parse_size),
     Row("overhead", "overhead", log=_log_overhead, parse=parse_size),
-    Row("kv_cache", flags=("--kv-cache-memory-bytes",), log=_log_kv_cache, parse=_bytes_or_size, invalid="{exc}"),
+    Row("kv_cache", "kv_cache_memory_bytes", ("--kv-cache-memory-bytes",), log=_log_kv_cache, parse=_bytes_or_size,
+        invalid="{exc}"),
     Row("cpu_offload", flags=("--cpu-offload-gb",), default=0.0, parse=parse_size, invalid="{exc}"),
     Row("engine", command=_command_engine, log=_log_engine, log_first=True),
 )

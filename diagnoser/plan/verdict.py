@@ -96,6 +96,15 @@ def verdict_for(res: sizing.PlanResult, gpu: GpuSpec, v: Version, dtype: str,
             "torch.OutOfMemoryError: CUDA out of memory. (while loading weights: "
             f"{res.weights_bytes / mem.GIB:.2f} GiB of weights on a {gpu.memory_bytes / mem.GIB:.2f} GiB GPU)"),
             "the weights alone are larger than the GPU")
+    need = sizing.device_need_bytes(res)
+    if res.inp.kv_cache_fixed and need > gpu.memory_bytes:
+        return Verdict(False, "kv_cache_allocation", (
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {res.kv_cache_bytes / mem.GIB:.2f} GiB. "
+            f"GPU 0 has a total capacity of {gpu.memory_bytes / mem.GIB:.2f} GiB (allocating the KV cache of "
+            "--kv-cache-memory-bytes)"),
+            f"--kv-cache-memory-bytes {res.kv_cache_bytes / mem.GIB:.2f} GiB on top of the weights, activations and "
+            f"CUDA graphs needs {need / mem.GIB:.2f} GiB of a {gpu.memory_bytes / mem.GIB:.2f} GiB GPU; the KV size "
+            "is not capped by --gpu-memory-utilization")
     if not res.fits:
         why = ("weights and overhead use the whole share, nothing is left for the KV cache"
                if res.kv_cache_bytes <= 0 else
@@ -124,11 +133,18 @@ def suggest_changes(res: sizing.PlanResult, verdict: Verdict, rows: list[dict[st
         return {}, "pick a --tensor-parallel-size that divides the attention heads"
     if verdict.stage == "worker_init":
         return {"--dtype": "half"}, "float16 instead of bfloat16 on this GPU"
+    if res.inp.kv_cache_fixed and verdict.stage == "kv_cache_allocation" and res.request_kv_bytes > 0:
+        room = sizing.whole_gpu_kv_bytes(res)
+        if room >= res.request_kv_bytes * want:
+            return {"--kv-cache-memory-bytes": str(int(room))}, (
+                "the largest KV cache the GPU holds beside the weights, peaks and CUDA graphs (2% spare)")
     if res.kv_cache_bytes > 0 and verdict.stage != "weight_loading":
         length = sizing.len_for_concurrency(res, want)
         if length >= mem.LEN_STEP:
+            auto = ("; or --max-model-len auto, which this release fits to the KV memory itself"
+                    if want <= 1 and default("max_model_len_auto", res.inp.version) else "")
             return {"--max-model-len": str(length)}, (
-                f"largest --max-model-len (multiple of 1024) with {want:g} request(s) at once")
+                f"largest --max-model-len (multiple of 1024) with {want:g} request(s) at once{auto}")
     for row in rows:
         if row["fits"] and row["max_concurrency"] >= want and row.get("flags"):
             return dict(row["flags"]), f"what-if '{row['label']}'"
