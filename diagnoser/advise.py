@@ -10,10 +10,11 @@ reported it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from . import serve_args
+from .fastdataclass import dataclass
 from .flags import lookup as lookup_flag
 from .matcher import MAX_EVIDENCE, Evaluator, Fold, Hit, derive_facts, drop_shadowed, template_names
 from .reader import Line

@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from importlib import import_module
 from pathlib import Path
@@ -21,6 +21,7 @@ from typing import IO, Any, Union
 
 from .engine import Report
 from .errors import DoctorError, InputError, UsageError
+from .fastdataclass import dataclass
 from .rules import Rule, RuleError, builtin_rules, load_rules
 
 #: What `diagnose` reads: a path (os.PathLike, or a str naming an existing file), the log's bytes, its text

@@ -13,7 +13,7 @@ fraction; the JSON contract is in docs/compare.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from . import memory as mem
@@ -22,6 +22,7 @@ from . import sizing
 from .advise import Finding, build_command
 from .engine import Report
 from .errors import DoctorError
+from .fastdataclass import dataclass
 from .tracker import Context
 
 SCHEMA_VERSION = 1

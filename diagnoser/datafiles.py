@@ -7,10 +7,12 @@ keyed by a hash of the bytes it came from, and read back on later runs without i
 
 The cache is safe to trust as far as the user's own files are: JSON cannot run code, a copy is used only
 when its embedded key matches the current content, and only if the user owns it and nobody else can write
-it (or its directory). Two kinds of entry are not JSON values: serialized hyperscan databases (keywords.py, checked
-by a probe scan on load) and compiled template code (templatecache.py), trusted as Python trusts its own
-__pycache__. Any problem (unreadable, corrupt, foreign, a full disk) falls back to parsing. Set
-VLLM_DOCTOR_CACHE_DIR to move it, VLLM_DOCTOR_NO_CACHE=1 to turn it off.
+it (or its directory). Three kinds of entry are not plain JSON values: serialized hyperscan databases
+(keywords.py, checked by a probe scan on load), compiled code (templatecache.py: the rules' templates, the
+methods @dataclass generates), trusted as Python trusts its own __pycache__, and the validated shipped rules,
+pickled (rules.py; read by an unpickler that can build nothing but rules). Any problem (unreadable, corrupt,
+foreign, a full disk) falls back to parsing. Set VLLM_DOCTOR_CACHE_DIR to move it, VLLM_DOCTOR_NO_CACHE=1 to
+turn it off.
 """
 
 from __future__ import annotations

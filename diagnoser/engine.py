@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, BinaryIO
 
 from .advise import Advisor, Finding
+from .fastdataclass import dataclass
 from .keywords import BlockPattern
 from .matcher import Hit, Matcher
 from .reader import Prefilter, ReadStats, read_lines

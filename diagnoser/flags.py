@@ -7,11 +7,12 @@ rule (suggest the flag that was meant).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
 from . import datafiles
+from .fastdataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, BinaryIO
 
 from .advise import Advisor, Finding
 from .engine import Report, prefilter_for
 from .errors import InputError
+from .fastdataclass import dataclass
 from .matcher import Hit, Matcher
 from .reader import BLOCK, Line, ReadStats, read_lines
 from .redact import Redactor

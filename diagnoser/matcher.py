@@ -15,13 +15,14 @@ import itertools
 import math
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
 from . import memory, units
+from .fastdataclass import dataclass
 from .keywords import KeywordIndex
 from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, wrap_tolerant

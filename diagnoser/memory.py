@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from .fastdataclass import dataclass
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import calendar
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .fastdataclass import dataclass
 from .lazyregex import lazy
 
 #: metric name (without a _total / _created suffix) -> (field, kind). Gauges are read as they are, counters

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from . import datafiles
 from .errors import UsageError
+from .fastdataclass import dataclass
 from .memory import GGUF_BITS, GIB, ArchSpec, gguf_bits
 
 

@@ -19,10 +19,10 @@ import os
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, BinaryIO
 
+from .fastdataclass import dataclass
 from .keywords import BlockPattern, KeywordIndex, literal_database, trie_pattern
 from .shapes import Decoder
 

@@ -7,12 +7,12 @@ Every question "what did vLLM X default to" goes through `default()`, so the pla
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from . import datafiles
 from .errors import UsageError
+from .fastdataclass import dataclass
 from .lazyregex import lazy
 
 Version = tuple[int, int, int]

@@ -9,8 +9,9 @@ produce, no cases), naming the file and the key, so a typo never reaches a user'
 
 from __future__ import annotations
 
+import pickle
 import re
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import field, fields, is_dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +21,7 @@ import regex
 
 from . import datafiles
 from .errors import InputError, LimitError
+from .fastdataclass import dataclass
 from .lazyregex import LazyRegex
 from .regexcheck import catastrophic
 from .series import SERIES_FACTS
@@ -616,29 +618,58 @@ def builtin_rules() -> tuple[Rule, ...]:
 
     Validating them (jinja2 parses of every template, a regex compile per pattern) costs more than the rest
     of a diagnosis, and its result only changes with the rule files or the code that checks them. So the
-    validated rules are kept as JSON in the user's cache (see datafiles), keyed by a hash of both; a run
-    with a matching copy rebuilds them without YAML or jinja2, and compiles each regex on first use.
+    validated rules are kept in the user's cache (see datafiles), keyed by a hash of both: what encode_rule
+    makes of them, decoded (each regex compiles on first use), pickled; a run with a matching copy loads it
+    without YAML, jinja2 or a Python-level decode, through an unpickler that can build nothing but those
+    rules (CachedRules).
     """
     paths = sorted(builtin_rules_dir().glob("*.yaml"))
     blobs = [p.read_bytes() for p in paths]
     key = datafiles.content_key([*_code_fingerprint(), *(p.name.encode() for p in paths), *blobs])
-    stored = datafiles.read_cache("rules", key)
-    if isinstance(stored, list) and len(stored) == len(paths):
-        try:
-            rules = tuple(decode_rule(item, str(p)) for item, p in zip(stored, paths, strict=True))
-        except (TypeError, KeyError, ValueError):
-            rules = ()
+    stored = datafiles.read_blob("rules", key)
+    if stored is not None:
+        rules = CachedRules.rules_in(stored, paths)
         if rules:
             return rules
     loaded: dict[str, Rule] = {}
     _add_rules(loaded, paths, trusted=True)
     rules = tuple(loaded.values())
     try:
-        encoded = [encode_rule(r) for r in rules]
+        cached = tuple(decode_rule(encode_rule(r), str(p)) for r, p in zip(rules, paths, strict=True))
     except TypeError:
-        return rules  # a field JSON cannot hold faithfully: validate on every run rather than guess
-    datafiles.write_cache("rules", key, encoded)
+        return rules  # a field the cache cannot hold faithfully: validate on every run rather than guess
+    datafiles.write_blob("rules", key, pickle.dumps(cached, protocol=pickle.HIGHEST_PROTOCOL))
     return rules
+
+
+class CachedRules(pickle.Unpickler):
+    """Unpickles the cached rules and nothing else: the only names it resolves are the rule classes and
+    LazyRegex (with regex.compile, its compiler), so a tampered file cannot call anything (pickle's find_class
+    is its only way to reach a callable); whatever it holds must then be one Rule per rule file."""
+
+    ALLOWED = {("diagnoser.rules", "Rule"), ("diagnoser.rules", "Pattern"), ("diagnoser.rules", "Extractor"),
+               ("diagnoser.rules", "Fix"), ("diagnoser.lazyregex", "LazyRegex"), ("regex._main", "compile")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a cached rule")
+        return super().find_class(module, name)
+
+    @classmethod
+    def rules_in(cls, data: bytes, paths: list[Path]) -> tuple[Rule, ...]:
+        """The rules in `data`, each given its file's current path (the package may have moved); () when
+        `data` is not one Rule per file (corrupt, truncated, foreign)."""
+        import io
+
+        try:
+            rules = cls(io.BytesIO(data)).load()
+        except Exception:  # noqa: BLE001 - any damage to the file is a miss: the rules are validated again
+            return ()
+        if not (isinstance(rules, tuple) and len(rules) == len(paths) and all(type(r) is Rule for r in rules)):
+            return ()
+        for rule, path in zip(rules, paths, strict=True):
+            rule.path = str(path)
+        return rules
 
 
 def _code_fingerprint() -> list[bytes]:

@@ -21,10 +21,11 @@ import re
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from typing import Any
 
+from .fastdataclass import dataclass
 from .keywords import BlockPattern
 from .lazyregex import lazy
 from .metrics import KEYWORDS as METRIC_KEYWORDS

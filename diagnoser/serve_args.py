@@ -18,10 +18,11 @@ import keyword
 import math
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from . import releases
+from .fastdataclass import dataclass
 from .flags import Flag, by_prefix, closest_flag, lookup, normalize
 from .lazyregex import lazy
 

@@ -8,11 +8,12 @@ lengths, the assumptions in words). `plan`, `compare` and the advice size config
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from . import memory as m
 from . import releases
+from .fastdataclass import dataclass
 from .memory import (
     GGUF_BITS,
     GIB,

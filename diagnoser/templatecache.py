@@ -1,5 +1,7 @@
 """Compiled jinja2 templates across runs: the Python source jinja2 generates, kept in the user's cache.
 
+(Its CodeStore also keeps the methods @dataclass generates: fastdataclass.py.)
+
 Generating it (parse, then code generation) is most of what rendering costs a short run: ~3 ms for a rule's
 template or expression, ~100 ms for `plan`'s report. The generated source is a function of the template's
 text, the environment (its class, syntax options, filters and tests, intercepted operators), the module
@@ -84,14 +86,14 @@ class _Capture:
             self._lock.release()
 
 
-class _Store:
-    """The cached code of one environment configuration, by (kind, template text)."""
+class CodeStore:
+    """Cached code objects under one key (an environment configuration, a Python version), by (kind, source)."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, name: str = NAME) -> None:
         from . import datafiles
 
-        self.key = key
-        stored = datafiles.read_cache(NAME, key)
+        self.key, self.name = key, name
+        stored = datafiles.read_cache(name, key)
         self.stored: dict[str, Any] = stored if isinstance(stored, dict) else {}
         self.new: dict[str, str] = {}
 
@@ -115,30 +117,34 @@ class _Store:
             return
         from . import datafiles
 
-        stored = datafiles.read_cache(NAME, self.key)
+        stored = datafiles.read_cache(self.name, self.key)
         merged = {**(stored if isinstance(stored, dict) else {}), **self.new}
-        datafiles.write_cache(NAME, self.key, merged)
+        datafiles.write_cache(self.name, self.key, merged)
         self.stored, self.new = merged, {}
 
 
-_STORES: dict[str, _Store] = {}
+_STORES: dict[str, CodeStore] = {}
 
 
 _KEYS: dict[tuple[int, tuple[str, ...]], tuple[Any, str]] = {}
 
 
-def _store(env: Any, salt: tuple[str, ...]) -> _Store:
+def _store(env: Any, salt: tuple[str, ...]) -> CodeStore:
     known = _KEYS.get((id(env), salt))
     if known is None or known[0] is not env:
         known = _KEYS[(id(env), salt)] = (env, _key(env, salt))  # the reference keeps the id from being reused
-    key = known[1]
-    store = _STORES.get(key)
+    return code_store(known[1])
+
+
+def code_store(key: str, name: str = NAME) -> CodeStore:
+    """The one store of (`name`, `key`) in this process, read on first use; what it gains is written at exit."""
+    store = _STORES.get(f"{name}-{key}")
     if store is None:
         if not _STORES:
             import atexit
 
             atexit.register(flush)
-        store = _STORES[key] = _Store(key)
+        store = _STORES[f"{name}-{key}"] = CodeStore(key, name)
     return store
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from functools import cached_property, lru_cache
 from typing import Any
 
 from . import datafiles, serve_args
+from .fastdataclass import dataclass
 from .keywords import KeywordIndex
 from .lazyregex import lazy
 from .reader import Line

@@ -307,3 +307,140 @@ def test_a_lazy_regex_compiles_on_first_use_and_behaves_as_the_compiled_one():
     assert again == pat and again.search(text).group("n") == "12"
     # a module's lazy pattern still redacts what it did
     assert "hunter2secret" not in redact.Redactor()("curl -H 'Authorization: Bearer hunter2secret9' x")
+
+
+# --- dataclass methods (fastdataclass) ---------------------------------------------------------------------------
+
+def _build_classes():
+    """The same classes built by the standard decorator and by fastdataclass: every kind of generated method."""
+    import dataclasses
+
+    from diagnoser.fastdataclass import dataclass as cached
+
+    built = []
+    for deco in (dataclasses.dataclass, cached):
+        @deco(frozen=True, order=True)
+        class Version:
+            major: int
+            minor: int = 0
+
+        @deco(slots=True)
+        class Line:
+            number: int
+            text: str
+            tags: list[str] = dataclasses.field(default_factory=list)
+
+        @deco
+        class Plain:
+            name: str
+            version: Version | None = None
+        built.append((Version, Line, Plain))
+    return built
+
+
+def _behaviour(classes):
+    Version, Line, Plain = classes
+    v = Version(1, 2)
+    line = Line(3, "x")
+    line.tags.append("t")
+    out = [repr(v), v == Version(1, 2), v < Version(2), hash(v) == hash(Version(1, 2)), repr(line),
+           line == Line(3, "x", ["t"]), Line(1, "a").tags is not Line(1, "a").tags, repr(Plain("p", v)),
+           [f.name for f in __import__("dataclasses").fields(Plain)], hasattr(line, "__dict__")]
+    try:
+        v.major = 5
+    except Exception as exc:  # noqa: BLE001 - which exception a frozen class raises is part of its behaviour
+        out.append(type(exc).__name__)
+    try:
+        Line(1)
+    except TypeError as exc:
+        out.append(str(exc))
+    return out
+
+
+def test_cached_dataclasses_behave_as_the_standard_ones_cold_and_warm(cache, fresh_templates, monkeypatch):
+    import dataclasses
+
+    from diagnoser import fastdataclass
+
+    standard, cold = _build_classes()
+    assert _behaviour(cold) == _behaviour(standard)
+    assert not hasattr(dataclasses, "exec")  # dataclasses is left as it was found
+    _new_run(monkeypatch)
+    assert list(cache.glob("dataclasses-*.json"))
+    monkeypatch.setattr(fastdataclass, "compile", lambda *_a, **_k: pytest.fail("compiled although cached"),
+                        raising=False)
+    _, warm = _build_classes()
+    assert _behaviour(warm) == _behaviour(standard)
+    assert warm[0].__init__.__annotations__ == standard[0].__init__.__annotations__  # not stringified
+
+
+def test_a_bad_dataclass_fails_as_the_standard_one_and_leaves_dataclasses_alone(cache, fresh_templates):
+    import dataclasses
+
+    from diagnoser.fastdataclass import dataclass as cached
+
+    messages = []
+    for deco in (dataclasses.dataclass, cached):
+        with pytest.raises(TypeError) as info:
+            @deco
+            class Bad:
+                a: int = 0
+                b: str
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] and "non-default argument 'b' follows default argument" in messages[0]
+    assert not hasattr(dataclasses, "exec")
+
+
+def test_corrupt_dataclass_entries_are_compiled_again(cache, fresh_templates, monkeypatch):
+    standard, _ = _build_classes()
+    _new_run(monkeypatch)
+    (path,) = cache.glob("dataclasses-*.json")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["value"] = {k: base64.b64encode(marshal.dumps(("not", "code"))).decode() for k in doc["value"]}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _, again = _build_classes()
+    assert _behaviour(again) == _behaviour(standard)
+    _new_run(monkeypatch)
+    path.write_text("{not json", encoding="utf-8")
+    monkeypatch.setenv("VLLM_DOCTOR_NO_CACHE", "1")
+    _, uncached = _build_classes()
+    assert _behaviour(uncached) == _behaviour(standard)
+
+
+# --- the shipped rules, validated once -------------------------------------------------------------------------
+
+def _shipped_rules():
+    from diagnoser import rules
+
+    rules.builtin_rules.cache_clear()
+    try:
+        return rules.builtin_rules()
+    finally:
+        rules.builtin_rules.cache_clear()
+
+
+def test_cached_rules_are_the_validated_ones_and_a_tampered_copy_runs_nothing(cache, monkeypatch, tmp_path):
+    import pickle
+
+    from diagnoser import rules
+
+    validations = []
+    add = rules._add_rules
+    monkeypatch.setattr(rules, "_add_rules", lambda *a, **k: validations.append(1) or add(*a, **k))
+    validated = _shipped_rules()
+    (path,) = cache.glob("rules-*.bin")
+    warm = _shipped_rules()
+    assert len(validations) == 1  # the second load validated nothing
+    assert warm == validated and [r.path for r in warm] == [r.path for r in validated]
+    assert {type(p.regex).__name__ for r in warm for p in r.patterns if p.regex is not None} == {"LazyRegex"}
+
+    class Exploit:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    header = path.read_bytes().split(b"\n", 1)[0] + b"\n"
+    for payload in (pickle.dumps(Exploit()), pickle.dumps(("not", "rules")), b"\x80\x05garbage"):
+        path.write_bytes(header + payload)
+        assert _shipped_rules() == validated
+        assert not (tmp_path / "pwned").exists()
+    assert len(validations) == 4  # each bad copy was a miss: validated again

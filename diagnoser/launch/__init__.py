@@ -25,9 +25,9 @@ To add a kind of launch file, write its reader `(text, folder) -> list[Launch]` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..fastdataclass import dataclass
 from .command import from_shell
 from .dockerfile import from_dockerfile, is_dockerfile
 from .manifests import from_yaml

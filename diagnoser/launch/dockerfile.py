@@ -11,10 +11,11 @@ from __future__ import annotations
 import io
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from ..fastdataclass import dataclass
 from .command import find_program, from_shell, launch_from_words, shell_script
 from .model import Launch, literal_env, literal_words, with_image
 from .pins import vllm_image

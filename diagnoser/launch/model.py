@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..fastdataclass import dataclass
 from .pins import image_version
 from .shell import MAX_WORDS, Word, too_many_words
 

@@ -10,12 +10,12 @@ import json
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import memory as mem
 from .. import releases, serve_args, sizing
 from ..errors import UsageError
+from ..fastdataclass import dataclass
 from ..modelspec import GpuSpec, ModelSpec, load_model
 from ..releases import Version, version_str
 from .explain import assumptions_for, render_text

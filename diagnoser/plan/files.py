@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..errors import DoctorError, UsageError
+from ..fastdataclass import dataclass
 from ..modelspec import load_gpu
 from .command import Echo, plan_config
 from .resolve import MissingInput, VllmRejects, check_utilization, parse_len, parse_size

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from .. import memory as mem
 from .. import releases, serve_args, sizing
 from ..errors import InputError, UsageError
+from ..fastdataclass import dataclass
 from ..modelspec import GpuSpec, ModelSpec, load_gpu
 
 KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")

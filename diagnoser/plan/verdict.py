@@ -4,11 +4,11 @@ there (each release's wording), and the flag changes that make it start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from .. import memory as mem
 from .. import sizing
+from ..fastdataclass import dataclass
 from ..modelspec import GpuSpec
 from ..releases import Version, default, engine_for, parse_version
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ..fastdataclass import dataclass
 from .rows import gpu_label
 
 SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}

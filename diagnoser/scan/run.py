@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, BinaryIO
 
 from ..errors import DoctorError
+from ..fastdataclass import dataclass
 
 #: `error.type` values of an error document
 ERROR_TYPES = ("unreadable", "corrupt", "too-large", "invalid", "internal")

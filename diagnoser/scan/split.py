@@ -17,10 +17,11 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import IO, Any, BinaryIO
 
 from ..errors import InputError, LimitError
+from ..fastdataclass import dataclass
 from ..sources import sniff
 
 HEAD = 1 << 16
