@@ -10,7 +10,7 @@ from typing import Any, BinaryIO
 
 from .advise import Advisor, Finding
 from .fastdataclass import dataclass
-from .keywords import BlockPattern
+from .keywords import SMALL_BLOCK, BlockPattern
 from .matcher import Hit, Matcher
 from .reader import Prefilter, ReadStats, read_lines
 from .redact import Redactor
@@ -53,9 +53,13 @@ _PREFILTERS: dict[int, tuple[object, Prefilter]] = {}
 
 
 #: Bytes that only a vLLM log (or a report about one) holds: the name, or vLLM's `LEVEL MM-DD HH:MM:SS` header.
-#: Searched in lower-cased bytes, one pass (hyperscan's when installed): a file without any sign (one enormous
-#: line, binary input) is searched to its end, and a case-insensitive alternation in `re` runs at a few MB/s.
-_VLLM_SIGN = BlockPattern(re.compile(rb"vllm|(?:info|warning|error|debug|critical) \d\d-\d\d \d\d:\d\d:\d\d"), 40)
+#: A file without any sign (one enormous line, binary input) is searched to its end: with hyperscan, one caseless
+#: pass over each chunk as read; else in lower-cased bytes (a case-insensitive alternation in `re` runs at a few
+#: MB/s, slower than lower() and the plain one).
+_SIGN = rb"vllm|(?:info|warning|error|debug|critical) \d\d-\d\d \d\d:\d\d:\d\d"
+_VLLM_SIGN = BlockPattern(re.compile(_SIGN), 40)
+_VLLM_SIGN_ANYCASE = BlockPattern(re.compile(_SIGN, re.IGNORECASE), 40)
+_SIGN_MAX = 32  #: bytes of the longest sign, at least: what a sign cut between two chunks has in each
 
 
 class _Sniffer:
@@ -70,8 +74,12 @@ class _Sniffer:
     def read1(self, n: int = -1) -> bytes:
         chunk = self._read(n)
         if not self.found and chunk:
-            self.found = _VLLM_SIGN.search((self._tail + chunk).lower())
-            self._tail = chunk[-32:]
+            if len(chunk) >= SMALL_BLOCK and _VLLM_SIGN_ANYCASE.accelerated:  # no lower-cased copy of the chunk
+                self.found = (_VLLM_SIGN.search((self._tail + chunk[:_SIGN_MAX]).lower())
+                              or _VLLM_SIGN_ANYCASE.search(chunk))
+            else:
+                self.found = _VLLM_SIGN.search((self._tail + chunk).lower())
+            self._tail = chunk[-_SIGN_MAX:]
         return chunk
 
     read = read1

@@ -23,6 +23,45 @@ HS_AFTER = 300
 SMALL_BLOCK = 1 << 16
 
 
+#: the last long texts lower-cased and their copies: the redactor, the tracker and the matcher each need one
+#: piece of an enormous line lower-cased, and ask in turn (the matcher one piece behind)
+_LOWERED: list[tuple[str, str]] = []
+_LOWERED_HELD = 3
+
+
+def lowered(text: str) -> str:
+    """`text.lower()`, a long text's (LONG_TEXT or more) computed once while it is among the last three asked.
+
+    >>> lowered("GPU KV Cache")
+    'gpu kv cache'
+    """
+    if len(text) < LONG_TEXT:
+        return text.lower()
+    for held, low in _LOWERED:
+        if held is text:
+            return low
+    low = text.lower()
+    _remember(text, low)
+    return low
+
+
+def lowered_part(whole: str, part: str, start: int) -> None:
+    """Note that `part` is `whole[start:start + len(part)]`: when `whole`'s lower-cased copy is held and `whole` is
+    ASCII (lower() keeps every position), `part`'s is a slice of it (the reader's prefix stripping and rstrip)."""
+    if len(part) < LONG_TEXT:
+        return
+    for held, low in _LOWERED:
+        if held is whole:
+            if whole.isascii():
+                _remember(part, low[start:start + len(part)])
+            return
+
+
+def _remember(text: str, low: str) -> None:
+    global _LOWERED
+    _LOWERED = [*_LOWERED[1 - _LOWERED_HELD:], (text, low)]  # a new list: another thread may be reading it
+
+
 class KeywordIndex:
     """`matches(low)` == [i for i, kws in enumerate(keyword_lists) if any(k in low for k in kws)]."""
 

@@ -23,7 +23,7 @@ from rapidfuzz.utils import default_process
 
 from . import memory, units
 from .fastdataclass import dataclass
-from .keywords import KeywordIndex
+from .keywords import LONG_TEXT, KeywordIndex, lowered
 from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, wrap_tolerant
 from .shaped import MAX_SHAPES, ShapeCache, digit_free, shape_key, shape_safe
@@ -299,8 +299,14 @@ class Matcher:
         self._window_verdicts: dict[tuple[str, tuple[Any, ...]], bool] = {}
 
     def feed(self, line: Line, fine_stage: str | None) -> None:
-        self._pending.append((line, fine_stage))
-        if len(self._pending) > WRAP_MAX:
+        pending = self._pending
+        pending.append((line, fine_stage))
+        if len(pending) > 1 and _cut_before(pending[-2][0], line):
+            # the piece before is a cut of an enormous line: no window reaches past it (see _window), so the
+            # lines up to it are matched now rather than holding up to WRAP_MAX megabyte pieces
+            while len(pending) > 1:
+                self._match_first()
+        elif len(pending) > WRAP_MAX:
             self._match_first()
 
     def finish(self) -> list[Hit]:
@@ -389,7 +395,7 @@ class Matcher:
         lines = [first]
         for nxt, _ in itertools.islice(self._pending, 1, None):
             prev = lines[-1]
-            if nxt.number == prev.number and len(prev.text) >= CUT_PIECE:
+            if _cut_before(prev, nxt):
                 break  # pieces of one enormous line: each is matched alone (joining them made it quadratic)
             if not _continues(first, prev, nxt):
                 break
@@ -403,15 +409,18 @@ class Matcher:
         try:
             if line.user_content or not line.text:
                 return
-            low = line.text.lower()
+            low = lowered(line.text)
             entries = self.entries
-            key = shape_key(line.text)
-            candidates = [entries[i] for i in self._shapes.matches(line.text, low, key)]
+            long = len(line.text) >= LONG_TEXT  # never repeats its shape: no key (see ShapeCache.matches)
+            key = b"" if long else shape_key(line.text)
+            candidates = [entries[i] for i in self._shapes.matches(line.text, low, key or None)]
             window: list[Line] | None = None
             if not candidates:
                 # a keyword may be cut in two by a wrap, or sit on the next piece of the message
                 if len(self._pending) < 2 or not _continues(line, line, self._pending[1][0]):
                     return
+                if _cut_before(line, self._pending[1][0]):
+                    return  # a piece of an enormous line is its own window: its keywords were just looked for
                 window = self._window()
                 texts = joined_texts(window)
                 lows = [t.lower() for t in texts]
@@ -430,7 +439,7 @@ class Matcher:
             stage = coarse(fine)
             ctx_dict: dict[str, Any] | None = None
             # one line alone (no wrapped pieces) of a shape seen before: its patterns' answers are known
-            shaped = self._shaped(key) if len(window) == 1 and len(texts) == 1 else None
+            shaped = self._shaped(key) if len(window) == 1 and len(texts) == 1 and not long else None
             found: dict[str, Hit] = {}  # one hit per rule per line: the most specific pattern wins
             for rule, pattern, kws in candidates:
                 if pattern.stages is not None and stage not in pattern.stages:
@@ -661,6 +670,11 @@ def _continues(first: Line, prev: Line, nxt: Line) -> bool:
     if not t or t.startswith(TRACEBACK_START) or FRAME.match(t) or is_exception_line(t) or _HEADER_START.match(t):
         return False
     return not (t.startswith(("^", "~")) or prev.text.rstrip().endswith(("^", "~")))
+
+
+def _cut_before(prev: Line, nxt: Line) -> bool:
+    """`nxt` is the next piece of the enormous line that `prev` is a cut of (reader.MAX_LINE)."""
+    return nxt.number == prev.number and len(prev.text) >= CUT_PIECE
 
 
 def _full_piece(prev: Line, first: Line) -> bool:

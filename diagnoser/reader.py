@@ -23,7 +23,7 @@ from itertools import accumulate
 from typing import Any, BinaryIO
 
 from .fastdataclass import dataclass
-from .keywords import BlockPattern, KeywordIndex, literal_database, trie_pattern
+from .keywords import BlockPattern, KeywordIndex, literal_database, lowered_part, trie_pattern
 from .shapes import Decoder
 
 BLOCK = 1 << 20          #: bytes read at a time
@@ -158,7 +158,6 @@ class ReadStats:
 
 Redactor = Callable[[str], str]
 
-
 def clean_text(text: str, controls: bool = True) -> str:
     """Strip ANSI escapes and control characters from one physical line (no newlines inside).
 
@@ -239,6 +238,7 @@ def parse_line(number: int, text: str, follow: bool = False) -> Line:
             line.source = groups.get("src") or groups.get("src_old")
         rest = rest[m.end():]
     line.text = rest.rstrip()
+    lowered_part(text, line.text, len(text) - len(rest))  # a long piece's lower-cased copy, not made again
     line.user_content = _user_content(line.text)
     return line
 

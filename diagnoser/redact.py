@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 
 from rapidfuzz.distance import OSA
 
-from .keywords import LONG_TEXT, KeywordIndex
+from .keywords import LONG_TEXT, KeywordIndex, lowered
 from .lazyregex import lazy
 
 MARK = "«redacted:{kind}»"
@@ -195,7 +195,7 @@ class Redactor:
         carry, self._carry = self._carry, None
         if carry is not None:
             text = _CONTINUATION.sub(lambda m: self._continuation(m, carry), text, count=1)
-        low = text.lower()
+        low = lowered(text)
         if len(text) >= LONG_TEXT:
             return self._long(text, low)
         if not maybe_secret(low):
@@ -221,10 +221,10 @@ class Redactor:
             if not any(h in present for h in hints):
                 continue
             if pattern is KEYED and text.isascii():  # then positions in text.lower() are positions in text
-                starts = _keyed_starts(text.lower(), [h for h in hints if h in present])
+                starts = _keyed_starts(lowered(text), [h for h in hints if h in present])
                 text = _sub_at(pattern, handler, text, starts)
             elif pattern is ENTROPY and text.isascii():  # a match starts at its word (or `api` of `apikey`)
-                low_now = text.lower()
+                low_now = lowered(text)
                 starts = sorted({p for h in hints for i in _finds(low_now, h) for p in (i, i - 3) if p >= 0})
                 text = _sub_at(pattern, handler, text, starts)
             else:

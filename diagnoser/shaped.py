@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .keywords import lowered
 from .reader import USER_CONTENT_MARKERS, Line, ReadStats, _physical_to_lines
 from .redact import LONG_TEXT, Redactor, maybe_secret
 
@@ -132,7 +133,11 @@ class ShapeCache:
         self._cache: dict[bytes, tuple[list[str], list[str], list[int]]] = {}
 
     def matches(self, text: str, low: str | None = None, key: bytes | None = None) -> list[int]:
-        low = text.lower() if low is None else low
+        low = lowered(text) if low is None else low
+        if len(text) >= LONG_TEXT:
+            # a long text (a piece of an enormous line) never repeats its shape: its key would cost a pass
+            # and pin a megabyte in the cache for nothing
+            return self.index.matches(low)
         key = shape_key(text) if key is None else key
         cached = self._cache.get(key)
         if cached is None:
@@ -160,6 +165,8 @@ class ShapePlans:
         self._cache: dict[bytes, Any] = {}
 
     def __call__(self, text: str) -> Any:
+        if len(text) >= LONG_TEXT:  # never repeats its shape (see ShapeCache.matches)
+            return self.plan(text)
         key = shape_key(text)
         found = self._cache.get(key)
         if found is None:
