@@ -21,22 +21,35 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from synthlog import DENSE, write_dense
 from throughput import MAXRSS_UNIT, MB, OUT, doctor_command, prefilter_keywords, run_measured
 
+#: throughput.LAUNCHER's idea, with the CPU time too: Linux keeps the high-water RSS across exec, and this process
+#: holds the generated log's text (over 200 MB for one enormous line), so the command is spawned from a small one
+LAUNCHER = """
+import os, sys, time
+out, cwd, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
+if cwd:
+    os.chdir(cwd)
+t0 = time.perf_counter()
+pid = os.posix_spawnp(cmd[0], cmd, os.environ)
+_, status, ru = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+with open(out, "w") as fh:
+    fh.write(f"{wall} {ru.ru_utime + ru.ru_stime} {ru.ru_maxrss}")
+"""
+
 
 def run_cpu(cmd: list[str], out: Path, env: dict | None = None, cwd: Path | None = None) -> tuple[float, float, float]:
-    """One fresh process: (wall s, user + system CPU s, peak RSS MB)."""
+    """One fresh process, spawned from a small launcher: (wall s, user + system CPU s, its own peak RSS MB)."""
+    probe = OUT / "launcher.out"
     with open(out, "wb") as fh:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
-        _, status, ru = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * MAXRSS_UNIT / MB
+        subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(probe), str(cwd or ""), *cmd], stdout=fh,
+                       stderr=subprocess.DEVNULL, env=env, check=True)
+    wall, cpu, maxrss = probe.read_text().split()
+    return float(wall), float(cpu), int(maxrss) * MAXRSS_UNIT / MB
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,16 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         with open(path, "rb") as fh:  # page cache warm
             while fh.read(1 << 24):
                 pass
-        rows = []
-        for label, cmd, env, cwd in runs:
-            doc, cpu, rss = [], [], []
-            report = OUT / f"dense-report{label.strip()}.json"
-            for _ in range(args.repeat):
-                wall, used, peak = run_cpu([*cmd, "--format", "json", str(path)], report, env, cwd)
-                doc.append(wall)
-                cpu.append(used)
-                rss.append(peak)
-            rows.append((kind + label, statistics.median(doc), statistics.median(cpu), max(rss), report))
+        measured: dict[str, tuple[list[float], list[float], list[float]]] = {label: ([], [], []) for label, *_ in runs}
+        for _ in range(args.repeat):  # interleaved: a change of load hits both checkouts alike
+            for label, cmd, env, cwd in runs:
+                report = OUT / f"dense-report{label.strip()}.json"
+                for into, value in zip(measured[label], run_cpu([*cmd, "--format", "json", str(path)], report,
+                                                                env, cwd), strict=True):
+                    into.append(value)
+        rows = [(kind + label, statistics.median(measured[label][0]), statistics.median(measured[label][1]),
+                 max(measured[label][2]), OUT / f"dense-report{label.strip()}.json") for label, *_ in runs]
         greps = []
         for locale in ("C", "C.UTF-8"):
             with open(OUT / "grep-count.txt", "wb") as out:
