@@ -4,6 +4,7 @@
     python bench/dense.py                       # 20 MB each of: V0 preemption storm, V0 / V1 stats lines only, one line
     python bench/dense.py --size-mb 100 --kind long-line
     python bench/dense.py --size-mb 100 --kind stats --before ../main   # also another checkout's code, same run
+    python bench/dense.py --log bench/out/LOG --before ../main --after . --repeat 3   # a kept throughput.py log
 
 Each log comes from synthlog.write_dense into bench/out/ (deleted afterwards unless --keep). Printed per log:
 the doctor's and grep's wall time (grep -F -i -c -f with the doctor's own keywords, faster locale of C and
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", choices=DENSE, action="append", help="repeatable; default all")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--log", type=Path, action="append",
+                    help="an existing log to measure instead (throughput.py --keep's); repeatable")
     ap.add_argument("--before", type=Path, help="a checkout of the code before (its folder holds diagnoser/)")
     ap.add_argument("--after", type=Path, help="a checkout to measure instead of the installed doctor")
     args = ap.parse_args(argv)
@@ -74,9 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         runs = [("", *checkout(args.after))]
     if args.before:
         runs.insert(0, (" before", *checkout(args.before)))
-    for kind in args.kind or DENSE:
-        path = OUT / f"dense-{kind}-{args.size_mb:g}MB.log"
-        meta = write_dense(path, kind, args.size_mb)
+    for kind in args.log or args.kind or DENSE:
+        if isinstance(kind, Path):
+            path, kind = kind, kind.stem[:18]
+            with open(path, "rb") as fh:
+                lines = sum(b.count(b"\n") for b in iter(lambda: fh.read(1 << 24), b""))
+            meta = {"bytes": path.stat().st_size, "lines": lines}
+        else:
+            path = OUT / f"dense-{kind}-{args.size_mb:g}MB.log"
+            meta = write_dense(path, kind, args.size_mb)
         with open(path, "rb") as fh:  # page cache warm
             while fh.read(1 << 24):
                 pass
@@ -100,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             same = "yes" if filecmp.cmp(report, rows[-1][4], shallow=False) else "NO"
             print(f"{name:<18} {meta['bytes'] / 1e6:>6.1f} {meta['lines']:>9,} {d:>9.2f} {used:>7.2f} {g:>8.2f} "
                   f"{g / d:>6.3f}x {peak:>7.1f} {same:>5}  {os.getloadavg()[0]:.1f}", flush=True)
-        if not args.keep:
+        if not args.keep and not args.log:
             path.unlink()
     return 0
 
