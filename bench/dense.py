@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.insert(0, (" before", *checkout(args.before)))
     for kind in args.log or args.kind or DENSE:
         if isinstance(kind, Path):
-            path, kind = kind, kind.stem[:18]
+            path, kind = kind.resolve(), kind.stem[:18]  # resolved: a checkout runs from its own folder
             with open(path, "rb") as fh:
                 lines = sum(b.count(b"\n") for b in iter(lambda: fh.read(1 << 24), b""))
             meta = {"bytes": path.stat().st_size, "lines": lines}
