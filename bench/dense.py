@@ -25,31 +25,18 @@ import sys
 from pathlib import Path
 
 from synthlog import DENSE, write_dense
-from throughput import MAXRSS_UNIT, MB, OUT, doctor_command, prefilter_keywords, run_measured
-
-#: throughput.LAUNCHER's idea, with the CPU time too: Linux keeps the high-water RSS across exec, and this process
-#: holds the generated log's text (over 200 MB for one enormous line), so the command is spawned from a small one
-LAUNCHER = """
-import os, sys, time
-out, cwd, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
-if cwd:
-    os.chdir(cwd)
-t0 = time.perf_counter()
-pid = os.posix_spawnp(cmd[0], cmd, os.environ)
-_, status, ru = os.wait4(pid, 0)
-wall = time.perf_counter() - t0
-with open(out, "w") as fh:
-    fh.write(f"{wall} {ru.ru_utime + ru.ru_stime} {ru.ru_maxrss}")
-"""
+from throughput import LAUNCHER, MAXRSS_UNIT, MB, OUT, doctor_command, prefilter_keywords, run_measured
 
 
 def run_cpu(cmd: list[str], out: Path, env: dict | None = None, cwd: Path | None = None) -> tuple[float, float, float]:
-    """One fresh process, spawned from a small launcher: (wall s, user + system CPU s, its own peak RSS MB)."""
-    probe = OUT / "launcher.out"
+    """One fresh process, spawned from throughput's small launcher (this process holds the generated log's text,
+    over 200 MB for one enormous line, and Linux keeps the high-water RSS across exec): (wall s, user + system
+    CPU s, its own peak RSS MB)."""
+    probe = (OUT / "launcher.out").resolve()
     with open(out, "wb") as fh:
-        subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(probe), str(cwd or ""), *cmd], stdout=fh,
-                       stderr=subprocess.DEVNULL, env=env, check=True)
-    wall, cpu, maxrss = probe.read_text().split()
+        subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(probe), *cmd], stdout=fh,
+                       stderr=subprocess.DEVNULL, env=env, cwd=cwd, check=True)
+    wall, _code, maxrss, cpu = probe.read_text().split()
     return float(wall), float(cpu), int(maxrss) * MAXRSS_UNIT / MB
 
 

@@ -83,7 +83,7 @@ def doctor_command() -> list[str]:
     return [sys.executable, "-m", "diagnoser"]
 
 
-#: A tiny process that spawns the measured command and reports its wall time and rusage. Linux keeps the
+#: A tiny process that spawns the measured command and reports its wall time, peak RSS and CPU time. Linux keeps the
 #: high-water RSS across exec, so a child spawned straight from this (large) process would report this
 #: process's RSS as its own; spawned from a ~10 MB launcher, the figure is the command's own.
 LAUNCHER = """
@@ -94,7 +94,7 @@ pid = os.posix_spawnp(cmd[0], cmd, os.environ)
 _, status, ru = os.wait4(pid, 0)
 wall = time.perf_counter() - t0
 with open(out, "w") as fh:
-    fh.write(f"{wall} {os.waitstatus_to_exitcode(status)} {ru.ru_maxrss}")
+    fh.write(f"{wall} {os.waitstatus_to_exitcode(status)} {ru.ru_maxrss} {ru.ru_utime + ru.ru_stime}")
 """
 MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024   #: ru_maxrss is bytes on macOS, KiB on Linux
 
@@ -105,7 +105,7 @@ def run_measured(cmd: list[str], stdout, env: dict | None = None) -> tuple[float
     with err.open("wb") as fh:
         subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(probe), *cmd], stdout=stdout, stderr=fh,
                        env=env, check=True)
-    wall, code, maxrss = probe.read_text().split()
+    wall, code, maxrss, _cpu = probe.read_text().split()
     return float(wall), int(code), int(maxrss) * MAXRSS_UNIT / MB
 
 
