@@ -16,6 +16,8 @@ removed without saying what they were. What is caught:
 - the value of a flag that looks like a secret flag even when misspelled (`--api-kye`, `--hf-tokn`,
   `--pasword`): a known vLLM flag is never taken for one;
 - a high-entropy value right after the words token, secret, key or password;
+- credentials in a URL's query string (`?token=`, `&sig=`, `X-Amz-Signature=`), a random-looking URL user,
+  values with escaped quotes (JSON `\\"`, Python `\\'`, JSON inside JSON), and PEM private keys;
 - the rest of a token that a hard wrap cut onto the next line.
 
 Values that are not secrets stay: `None`, `True`/`False`, empty strings and lists, shell references
