@@ -87,7 +87,7 @@ HEADER_KEY = lazy(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*[:=]\s*['\"]?(?P<val>[^
 URL_QUERY = lazy(
     r"(?i)[?&;](?P<key>(?:x-(?:amz|goog)-)?(?:signature|security-token|credential)|sig|token|access_token"
     r"|refresh_token|id_token|auth|auth_token|api[_-]?key|key|password|passwd|pwd|pass|secret|client_secret"
-    r"|session|sessionid|jwt)=(?P<val>[^&#\s'\"<>:,;)\]}]+)"
+    r"|session|sessionid|jwt)=(?P<val>[^&#\s'\"<>:,;)\]}«»]+)"
 )
 #: A random-looking user name in a URL with no password (`https://TOKEN@host`, how some git hosts take one).
 URL_USER = lazy(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<val>[A-Za-z0-9_.~+-]{16,})@")
