@@ -24,7 +24,7 @@ import re
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping, MappingView
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 from jinja2 import StrictUndefined, Undefined, nodes
@@ -147,7 +147,7 @@ def weight(value: Any, limit: int = MAX_VALUE) -> int:
             if total <= limit:
                 stack.extend(v.keys())
                 stack.extend(v.values())
-        elif isinstance(v, list | tuple | set | frozenset | MappingView | range):
+        elif isinstance(v, list | tuple | set | frozenset | KeysView | ValuesView | ItemsView | range):
             total += 2 + 2 * len(v)
             if total <= limit and not isinstance(v, range):
                 stack.extend(v)
@@ -228,6 +228,7 @@ def _bounded_add(left: Any, right: Any) -> Any:
 
 def _bounded_concat(values: tuple[Any, ...]) -> str:
     """`a ~ b ~ c`: jinja2's str_join, refused past MAX_VALUE (`{% set a = a ~ a %}` doubles a string)."""
+    values = tuple(values)
     if sum(weight(v) for v in values) > MAX_VALUE:
         raise SecurityError("a concatenation over the size limit")
     return "".join(str(v) for v in values)
@@ -246,7 +247,7 @@ class _BoundedCode(CodeGenerator):
     """jinja2's code generator, with `~` (Concat) routed through _bounded_concat like the other operators."""
 
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
-        self.write("environment.concat((")
+        self.write("environment.bounded_concat((")
         for arg in node.nodes:
             self.visit(arg, frame)
             self.write(", ")
@@ -344,7 +345,7 @@ class RuleSandbox(ImmutableSandboxedEnvironment):
 
     intercepted_binops = frozenset(_BINOPS)
     code_generator_class = _BoundedCode
-    concat = staticmethod(_bounded_concat)
+    bounded_concat = staticmethod(_bounded_concat)  # not `concat`: jinja2 joins output chunks with that
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if isinstance(value, types.ModuleType | type):
