@@ -153,3 +153,17 @@ def test_plan_redacts_command_line_and_launch_files(tmp_path, doctor):
         assert res.returncode in (0, 1), res.stderr
         for s in secrets:
             assert s not in res.stdout + res.stderr, (fmt, s)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "sarif"])
+def test_a_secret_in_the_file_name_is_redacted(fmt, tmp_path, doctor):
+    """A log saved under a name that holds a token (a signed URL's query, a token pasted into a folder name)."""
+    token = "hf_" + "Qw7Rt" * 6
+    log = tmp_path / f"vllm-{token}.log"
+    log.write_bytes(EXAMPLE.read_bytes())
+    res = doctor("--format", fmt, "--no-color", str(log), cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert token not in res.stdout and token not in res.stderr
+    assert "vllm-" in res.stdout  # the rest of the name still tells the user which file it is
+    kept = doctor("--format", fmt, "--no-color", "--no-redact", str(log), cwd=tmp_path)
+    assert token in kept.stdout
