@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import sys
 from importlib import import_module
@@ -26,6 +27,8 @@ from .report import FORMATS
 from .sanitize import OutputFilter, clean
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .engine import Report
     from .rules import Rule
 
@@ -129,10 +132,22 @@ def _refuse_compressed(name: str, option: str) -> None:
 
 
 def _same_file(a: str, b: str) -> bool:
+    """Whether paths a and b are one file ("-": stdin when it is a file, as `< a.log` makes it)."""
     try:
+        if a == "-":
+            stdin = os.fstat(sys.stdin.fileno())
+            out = os.stat(b)
+            return (stdin.st_dev, stdin.st_ino) == (out.st_dev, out.st_ino)
         return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
-    except OSError:
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return False
+
+
+def refuse_output_over_inputs(output: str | None, inputs: Iterable[str]) -> None:
+    """-o naming one of the inputs (also through a symlink, a hard link or stdin's redirection) would replace
+    the log with its report: a usage error, before anything is read or written. Every command with -o."""
+    if output and any(_same_file(f, output) for f in inputs):
+        raise click.UsageError(f"-o {output}: is one of the inputs; write the report to another file")
 
 
 def pick_format(name: str) -> str:
@@ -255,8 +270,8 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     An unreadable input does not hide the others: they are reported, then each bad one is named and the
     exit code is 2. An input with no vLLM line at all is an error for `check` and a note for `diagnose`.
     """
-    if output and any(f != "-" and _same_file(f, output) for f in files):
-        raise click.UsageError(f"-o {output}: is one of the inputs; write the report to another file")
+    refuse_output_over_inputs(output, (*files, *((follow,) if follow else ()),
+                                       *(("-",) if not files and not follow and not command else ())))
     copy = None
     if tee and not follow and not command and len(files) <= 1:
         from . import tee as tee_mod  # the copy starts before the rules load: the first bytes pass at once
@@ -505,6 +520,7 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
         raise click.UsageError("compare needs two logs or more: vllm-doctor compare BEFORE.log AFTER.log")
     if list(logs).count("-") > 1:
         raise click.UsageError("only one of the logs can be '-' (stdin)")
+    refuse_output_over_inputs(output, logs)
     total = None
     if gpu_name:
         from .modelspec import load_gpu

@@ -132,7 +132,9 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
             on_hit(hit)
     hits = sorted(hits, key=lambda h: h.line.number)  # a window's hit belongs where its first line is
     findings = Advisor().findings(hits, tracker.context, matcher.folds)
-    return Report(path=path, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
+    # a file name can carry a secret too (a signed URL's query, a token in a folder name): shown redacted
+    shown = Redactor()(path) if redact else path
+    return Report(path=shown, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
                   findings=findings, redactions=dict(redactor.counts) if redactor else {},
                   vllm_seen=bool(sniffer.found or findings or tracker.context.as_dict() or not series.empty),
                   series=None if series.empty else series)

@@ -16,6 +16,8 @@ removed without saying what they were. What is caught:
 - the value of a flag that looks like a secret flag even when misspelled (`--api-kye`, `--hf-tokn`,
   `--pasword`): a known vLLM flag is never taken for one;
 - a high-entropy value right after the words token, secret, key or password;
+- credentials in a URL's query string (`?token=`, `&sig=`, `X-Amz-Signature=`), a random-looking URL user,
+  values with escaped quotes (JSON `\\"`, Python `\\'`, JSON inside JSON), and PEM private keys;
 - the rest of a token that a hard wrap cut onto the next line.
 
 Values that are not secrets stay: `None`, `True`/`False`, empty strings and lists, shell references
@@ -57,12 +59,12 @@ _KEY_CORE = (
 #: `key: value` / `key=value` / `'key': 'value'` / `"KEY": "value"`; the value is a list, a quoted string
 #: or a bare word.
 KEYED = re.compile(
-    r"(?<![\w$-])(?P<kq>['\"]?)(?P<key>" + _KEY_CORE + r")(?P=kq)(?P<sep>\s*[:=]\s*)"
-    r"(?P<val>\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;)}\]'\"]+)"
+    r"(?<![\w$-])(?P<kq>\\*['\"]?)(?P<key>" + _KEY_CORE + r")(?P=kq)(?P<sep>\s*[:=]\s*)"
+    r"(?P<val>\[[^\]]*\]|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\\+\"[^\"\\]*\\+\"|[^\s,;)}\]'\"\\]+)"
 )
 #: `--api-key VALUE`, `--api-key=VALUE`, `--hf-token 'VALUE'`; any flag name: secret_flag() decides.
 FLAG = lazy(
-    r"(?<![\w-])--(?P<key>[A-Za-z][\w-]{1,40})(?:=|\s+)"
+    r"(?<![\w-])--?(?P<key>[A-Za-z][\w-]{1,40})(?:=|\s+)"
     r"(?P<val>'[^']*'|\"[^\"]*\"|[^\s'\"]+)"
 )
 #: The words secret flags are made of, and the spellings that are exact (never a typo of something else).
@@ -77,9 +79,20 @@ AUTH_HEADER = lazy(
 #: A lone `Bearer X` with a token-shaped X (has a digit, 8+ characters): not "Bearer authentication".
 BEARER = lazy(r"(?i)(?<![\w-])bearer\s+(?P<val>(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,})")
 #: `x-api-key: X` and `api-key: X` headers.
-HEADER_KEY = lazy(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*:\s*['\"]?(?P<val>[^\s'\",;)}\]]+)")
+HEADER_KEY = lazy(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*[:=]\s*['\"]?(?P<val>[^\s'\",;)}\]]+)")
 #: The password of `scheme://user:password@host` (user may be empty: `redis://:pw@host`); the password
 #: runs to the last `@` before the host, so one holding `/` or `@` is taken whole.
+#: A credential in a URL's query string (`?token=`, `&sig=`, `X-Amz-Signature=`, `?key=`), also in an access
+#: log's request line that has no scheme.
+URL_QUERY = lazy(
+    r"(?i)[?&;](?P<key>(?:x-(?:amz|goog)-)?(?:signature|security-token|credential)|sig|token|access_token"
+    r"|refresh_token|id_token|auth|auth_token|api[_-]?key|key|password|passwd|pwd|pass|secret|client_secret"
+    r"|session|sessionid|jwt)=(?P<val>[^&#\s'\"<>:,;)\]}«»]+)"
+)
+#: A random-looking user name in a URL with no password (`https://TOKEN@host`, how some git hosts take one).
+URL_USER = lazy(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<val>[A-Za-z0-9_.~+-]{16,})@")
+#: A PEM private key: its header, the base64 on the line, and (by the hard-wrap carry) the lines after it.
+PRIVATE_KEY = lazy(r"(?P<head>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(?P<val>[A-Za-z0-9+/=\s\\]*)")
 URL_PASSWORD = re.compile(
     r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"«»]*:(?P<val>[^\s'\"«»]+)@(?=[^\s@/'\"«»]+(?:[/?#:\s'\",;)\]]|$))"
 )
@@ -179,6 +192,7 @@ class Redactor:
         #: (hints, pattern, kind for a match) in order: keyed forms first so the kind follows the key.
         self._rules: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
             (("://",), URL_PASSWORD, self._fixed("url_password")),
+            (("private key",), PRIVATE_KEY, self._private_key),
             (("cookie",), COOKIE, self._cookie),
             (("authoriz",), AUTH_HEADER, self._auth),
             (_FLAG_HINTS, FLAG, self._flag),
@@ -187,6 +201,9 @@ class Redactor:
             (("bearer",), BEARER, self._fixed("bearer_token")),
             *((hints, pattern, self._fixed(kind)) for kind, hints, pattern in ISSUED_TOKENS),
             (("token", "secret", "key", "passw"), ENTROPY, self._entropy),
+            # after the issuers' patterns: their kind is more precise
+            (("?",), URL_QUERY, self._fixed("url_secret")),
+            (("://",), URL_USER, self._entropy),
         )
         #: the kind of a secret the previous line ended in (a hard wrap may have cut it)
         self._carry: str | None = None
@@ -253,19 +270,22 @@ class Redactor:
             return piece
         if _HEADER_WORD.match(piece):
             return piece
+        if "=" in piece.rstrip("=") or piece.lower() in _NOT_SECRET:
+            return piece  # `authorization=Bearer`, `Bearer`: a key of its own, whose value the patterns take
         return MARK.format(kind=kind)  # the rest of a secret already counted
 
     # -- handlers: each returns the match with its `val` group replaced (or unchanged) --
 
     def _mark(self, m: re.Match[str], kind: str, group: str = "val") -> str:
         value = m.group(group)
-        inner = value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
+        quoted = _QUOTES.fullmatch(value)  # 'x', "x", and JSON-in-JSON's \"x\"
+        inner = quoted.group(2) if quoted else value
         if _plain(inner):
             return m.group(0)
         self.counts[kind] += 1
         start, end = m.span(group)
-        if inner is not value:  # keep the quotes
-            start, end = start + 1, end - 1
+        if quoted:  # keep the quotes
+            start, end = start + len(quoted.group(1)), end - len(quoted.group(1))
         base = m.start()
         whole = m.group(0)
         return whole[: start - base] + MARK.format(kind=kind) + whole[end - base:]
@@ -278,6 +298,11 @@ class Redactor:
         if key.lower() not in EXACT_SECRET_FLAGS and re.fullmatch(r"[\d.]{1,9}", value):
             return m.group(0)  # `--max-num-batched-tokns 8192`: a number to a misspelled setting, not a secret
         return self._keyed(m)
+
+    def _private_key(self, m: re.Match[str]) -> str:
+        """The header stays, what follows it goes; the marker at the end carries onto the key's next lines."""
+        self.counts["private_key"] += 1
+        return f"{m.group('head')} {MARK.format(kind='private_key')}"
 
     def _cookie(self, m: re.Match[str]) -> str:
         def pair(q: re.Match[str]) -> str:
@@ -312,7 +337,7 @@ class Redactor:
             return m.group(0)  # argparse's metavar in a usage or help text: `[--api-key API_KEY]`
         key_kind = _key_kind(m.group("key"))
         if not value.startswith("["):
-            inner = value.strip("'\"")
+            inner = value.strip("'\"\\")
             return self._mark(m, _value_kind(inner) or key_kind)
         # a list of keys (`'api_key': ['k1', 'k2']`): each quoted item is one secret
         def item(q: re.Match[str]) -> str:
@@ -334,11 +359,13 @@ class Redactor:
         return sum(self.counts.values())
 
 
-_QUOTED = lazy(r"(['\"])(.*?)\1")
+_QUOTED = lazy(r"(['\"])((?:[^\\]|\\.)*?)\1")
+_QUOTES = re.compile(r"(\\*['\"])(.*)\1", re.S)
 _ENDS_IN_MARK = lazy(r"«redacted:(?P<kind>\w+)»$")
 _HEADER_WORD = lazy(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|Traceback|File)$")
 _PARTIAL_HINTS = ("hf_", "api_org_", "sk-", "gh", "github_pat_", "xox", "aiza", "nvapi-", "eyj")
-_FLAG_HINTS = ("--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--access", "--key", "--auth", "--cred")
+_FLAG_HINTS = ("--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--access", "--key", "--auth", "--cred",
+               "-key", "_key", "-kye", "-token", "_token", "-secret", "_secret", "-pass", "_pass", "-pwd", "-api")
 #: Lower-case substrings a line must hold for KEYED to have a chance.
 _KEYED_HINTS = ("key", "secret", "passw", "passwd", "_token", "token'", 'token"', "token=", "token:", "token ")
 #: The cheap pre-check: a line holding none of these cannot match any pattern (every pattern's hints
@@ -347,7 +374,8 @@ _KEYED_HINTS = ("key", "secret", "passw", "passwd", "_token", "token'", 'token"'
 _TOKEN_HINTS = ("_token", "token'", 'token"', "token=", "token:", "token ")
 _FLAT_HINTS = ("key", "secret", "passw", "://", "authoriz", "bearer", "hf_", "api_org_", "sk-", "ghp_", "gho_",
                "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "eyj", "xox", "aiza", "nvapi-", "cookie",
-               "--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--cred", "--auth")
+               "--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--cred", "--auth",
+               "-key", "-kye", "-token", "-pass", "_pass", "-pwd", "-api", "?", "private key")
 
 
 def secret_flag(name: str) -> bool:
@@ -357,7 +385,7 @@ def secret_flag(name: str) -> bool:
     [True, True, True, True, False, False]
     """
     low = name.lower().strip("-")
-    if low in EXACT_SECRET_FLAGS:
+    if low.replace("_", "-") in EXACT_SECRET_FLAGS:
         return True
     parts = [p for p in re.split(r"[-_]+", low) if p]
     joined = "".join(parts)
@@ -415,6 +443,9 @@ def _keyed_starts(low: str, hints: list[str]) -> list[int]:
             starts.add(j)
             if j > 0 and low[j - 1] in "'\"":
                 starts.add(j - 1)
+                while j > 1 and low[j - 2] == "\\":  # JSON inside JSON: \"api_key\"
+                    j -= 1
+                    starts.add(j - 1)
             i = low.find(h, i + 1)
     return sorted(starts)
 

@@ -342,6 +342,11 @@ PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
 FIX_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "flag": (str,), "value": (str, int, float, bool), "reason": (str,), "when": (str,), "env": (str,),
 }
+#: A match case's keys (`facts` and `context` are mappings of any values, checked apart).
+CASE_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "text": (str,), "stage": (str,), "advice_contains": (list,), "line": (int,),
+    "finding_stage": (str,), "wins_over": (list,),
+}
 _TYPE_NAMES = {str: "a string", list: "a list", dict: "a mapping", bool: "true or false", int: "a number",
                float: "a number"}
 
@@ -356,7 +361,8 @@ def _check_types(item: dict[str, Any], types: dict[str, tuple[type, ...]], path:
         if not ok:
             want = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
             raise RuleError(path, f"{prefix}{key}", f"must be {want}, not {type(value).__name__} {value!r:.40}")
-        if isinstance(value, list) and key in ("keywords", "stages", "references", "catalog", "overrides"):
+        if isinstance(value, list) and key in ("keywords", "stages", "references", "catalog", "overrides",
+                                               "advice_contains", "wins_over"):
             bad = next((v for v in value if not isinstance(v, str) and not (key == "stages" and v is None)), "")
             if bad != "":
                 raise RuleError(path, f"{prefix}{key}", f"must be a list of strings, not holding {bad!r:.40}")
@@ -542,6 +548,20 @@ def _cases(data: dict[str, Any], path: str) -> dict[str, list[Any]]:
         _check_mapping(case, MATCH_CASE_KEYS, path, f"cases.match[{i}]", "each case is a mapping: text, facts")
         if "text" not in case:
             raise RuleError(path, f"cases.match[{i}].text", "missing: the line(s) the rule must match")
+        _check_types(case, CASE_KEY_TYPES, path, f"cases.match[{i}].")
+        for key in ("facts", "context"):  # `rules --test` reads them as mappings
+            if not isinstance(case.get(key) or {}, dict):
+                raise RuleError(path, f"cases.match[{i}].{key}", f"must be a mapping, not {case[key]!r:.40}")
+    for i, case in enumerate(cases["near_miss"]):
+        where = f"cases.near_miss[{i}]"
+        if not isinstance(case, dict):
+            if not isinstance(case, str):
+                raise RuleError(path, where, f"must be a line of text or a mapping with text, not {case!r:.40}")
+            continue
+        _check_mapping(case, NEAR_MISS_KEYS, path, where, "a near-miss is a line or a mapping: name, text, stage")
+        if "text" not in case:
+            raise RuleError(path, f"{where}.text", "missing: the line(s) the rule must not match")
+        _check_types(case, {"name": (str,), "text": (str,), "stage": (str,)}, path, f"{where}.")
     return {"match": list(cases["match"]), "near_miss": list(cases["near_miss"])}
 
 

@@ -18,16 +18,21 @@ SecurityError: the advice says it could not be computed, and the tool goes on.
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
+import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 from jinja2 import StrictUndefined, Undefined, nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError, TemplateSyntaxError
+from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
 
 from . import advice_functions, memory, templatecache
 
@@ -72,7 +77,9 @@ MAX_STR = 100_000  #: characters of one string or items of one list built by `*`
 MAX_POW_BITS = 100_000  #: bits of an integer built by `**`
 MAX_RANGE = 10_000  #: items of one range()
 MAX_OUTPUT = 100_000  #: characters of one rendered template
-MAX_SECONDS = 2.0  #: wall time of one rendered template
+MAX_VALUE = 10 * MAX_STR  #: printed size (about: characters of its repr) of any value an operation builds
+MAX_FACT = 10_000  #: printed size of an expression's value (a derived fact)
+MAX_SECONDS = 2.0  #: wall time of one rendered template or evaluated expression
 
 
 def _namespace(module: types.ModuleType, names: tuple[str, ...]) -> types.SimpleNamespace:
@@ -83,6 +90,72 @@ def _namespace(module: types.ModuleType, names: tuple[str, ...]) -> types.Simple
 FN = _namespace(advice_functions, FN_API)
 MEM = _namespace(memory, MEM_API)
 NAMESPACES = {"fn": (FN, set(FN_API)), "mem": (MEM, set(MEM_API))}
+#: the functions of FN and MEM, by id (the only other things templates may call)
+_API_IDS = frozenset(id(v) for ns in (FN, MEM) for v in vars(ns).values() if callable(v))
+
+
+_CLOCK = threading.local()  #: the deadline of the render or evaluation running on this thread
+
+
+def _tick() -> None:
+    """Stop the template or expression running on this thread once it is past MAX_SECONDS.
+
+    Called by every sandbox hook (attribute, item, call, filter, operator) and by `weight`, so a loop that
+    emits nothing, or one slow filter, is bounded too, not only the gaps between output chunks."""
+    deadline = getattr(_CLOCK, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise SecurityError(f"the template took longer than {MAX_SECONDS:g} s")
+
+
+def _timed(call: Callable[[], Any]) -> Any:
+    """call() under a fresh deadline (nested calls keep the outer one)."""
+    if getattr(_CLOCK, "deadline", None) is not None:
+        return call()
+    _CLOCK.deadline = time.monotonic() + MAX_SECONDS
+    try:
+        return call()
+    finally:
+        _CLOCK.deadline = None
+
+
+def weight(value: Any, limit: int = MAX_VALUE) -> int:
+    """About how many characters `value` prints as, counting every reference to a shared item again (as
+    str() does); SecurityError once it passes `limit`. Walks at most about `limit` items.
+
+    >>> weight("abc"), weight([1, "ab"]), weight({"k": [None]})
+    (5, 11, 18)
+    """
+    total, stack, steps = 0, [value], 0
+    while stack:
+        v = stack.pop()
+        steps += 1
+        if steps % 4096 == 0:
+            _tick()
+        if isinstance(v, str | bytes):
+            total += len(v) + 2
+        elif isinstance(v, bool) or v is None:
+            total += 5
+        elif isinstance(v, int):
+            total += v.bit_length() // 3 + 1
+        elif isinstance(v, float):
+            total += 24
+        elif isinstance(v, Namespace):
+            stack.append(object.__getattribute__(v, "_Namespace__attrs"))
+            total += 12
+        elif isinstance(v, Mapping):
+            total += 2 + 4 * len(v)
+            if total <= limit:
+                stack.extend(v.keys())
+                stack.extend(v.values())
+        elif isinstance(v, list | tuple | set | frozenset | KeysView | ValuesView | ItemsView | range):
+            total += 2 + 2 * len(v)
+            if total <= limit and not isinstance(v, range):
+                stack.extend(v)
+        else:
+            total += 40  # an object's repr: `<function divisors at 0x...>`
+        if total > limit:
+            raise SecurityError(f"a value of more than {limit:,} characters; the limit is {limit:,}")
+    return total
 
 
 def _bounded_range(*args: int) -> range:
@@ -96,10 +169,14 @@ _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
 
 
 def _check_percent(fmt: str) -> None:
+    total = 0
     for m in _PERCENT_SPEC.finditer(fmt):
         for part in m.groups():
             if part == "*" or (part and int(part) > 1000):
                 raise SecurityError("a %-format width or precision over 1000")
+            total += int(part or 0)
+    if total > MAX_STR:
+        raise SecurityError(f"%-format widths adding up to {total:,}; the limit is {MAX_STR:,}")
 
 
 def _bounded_format(value: Any, *args: Any, **kwargs: Any) -> str:
@@ -112,7 +189,13 @@ def _bounded_format(value: Any, *args: Any, **kwargs: Any) -> str:
 
 
 def _size(value: Any) -> int | None:
-    return len(value) if isinstance(value, str | list | tuple | bytes) else None
+    """A sequence's size for a repeat: a string's length, a list's items or, when more, its items' printed
+    size (`[big_string] * n` repeats references that print in full); None for anything else."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return max(len(value), weight(value) - 2 - 2 * len(value))
+    return None
 
 
 def _bounded_mul(left: Any, right: Any) -> Any:
@@ -138,19 +221,131 @@ def _bounded_mod(left: Any, right: Any) -> Any:
 
 def _bounded_add(left: Any, right: Any) -> Any:
     a, b = _size(left), _size(right)
-    if a is not None and b is not None and a + b > 10 * MAX_STR:
+    if a is not None and b is not None and a + b > MAX_VALUE:
         raise SecurityError("a concatenation over the size limit")
     return operator.add(left, right)
+
+
+def _bounded_concat(values: tuple[Any, ...]) -> str:
+    """`a ~ b ~ c`: jinja2's str_join, refused past MAX_VALUE (`{% set a = a ~ a %}` doubles a string)."""
+    values = tuple(values)
+    if sum(weight(v) for v in values) > MAX_VALUE:
+        raise SecurityError("a concatenation over the size limit")
+    return "".join(str(v) for v in values)
+
+
+def _bounded_output(value: Any) -> Any:
+    """`{{ value }}`: a value whose printed form passes MAX_VALUE is refused before str() builds it."""
+    if not isinstance(value, str):
+        if callable(value) and not isinstance(value, Undefined):
+            raise SecurityError("a function is not a value to print")
+        weight(value)
+    return value
+
+
+class _BoundedCode(CodeGenerator):
+    """jinja2's code generator, with `~` (Concat) routed through _bounded_concat like the other operators."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.bounded_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
+def _filter_args(func: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A filter's arguments after the context, eval context or environment jinja2 passes first."""
+    return args[1:] if getattr(func, "jinja_pass_arg", None) is not None else args
+
+
+def _check_join(value: Any, sep: Any = "", *_: Any) -> None:
+    n = len(value) if isinstance(value, list | tuple | str | range) else 0
+    if weight(value) + n * len(str(sep)) > MAX_VALUE:
+        raise SecurityError("a join over the size limit")
+
+
+def _check_count(value: Any, count: Any = 1, *_: Any) -> None:
+    if not isinstance(count, int) or count > MAX_RANGE:
+        raise SecurityError(f"batch/slice into {count} parts; the limit is {MAX_RANGE:,}")
+
+
+def _check_indent(value: Any, indent: Any = None, *_: Any) -> None:
+    if indent is not None and (not isinstance(indent, int) or not 0 <= indent <= 8):
+        raise SecurityError("tojson indent must be a number from 0 to 8")
+
+
+def _check_sum(value: Any, attribute: Any = None, start: Any = 0, *_: Any) -> None:
+    if not isinstance(start, int | float):
+        raise SecurityError("sum adds numbers only")
+
+
+#: Filters whose arguments can make a small value huge (or slow), and what is checked before they run.
+_PRECHECKS: dict[str, tuple[Callable[..., None], tuple[str, ...]]] = {
+    "join": (_check_join, ("d",)), "batch": (_check_count, ("linecount",)), "slice": (_check_count, ("slices",)),
+    "tojson": (_check_indent, ("indent",)), "sum": (_check_sum, ("attribute", "start")),
+}
+
+
+def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    """A filter that runs under the deadline, with its arguments checked and its result's size bounded;
+    a lazy result (map, select, batch, slice) is bounded item by item."""
+    check, keywords = _PRECHECKS.get(name, (None, ()))
+
+    @functools.wraps(func)  # keeps jinja_pass_arg: jinja2 still passes the context the filter asks for
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        _tick()
+        if check is not None:
+            own = _filter_args(func, args)
+            if own and isinstance(own[0], Iterator):  # a generator is read once: materialise it for both
+                args = (*args[: len(args) - len(own)], list(own[0]), *own[1:])
+                own = _filter_args(func, args)
+            check(*own, *(kwargs[k] for k in keywords if k in kwargs))
+        result = func(*args, **kwargs)
+        if isinstance(result, Iterator):
+            return _bounded_items(result)
+        weight(result)
+        return result
+
+    return guarded
+
+
+def _bounded_items(items: Iterator[Any]) -> Iterator[Any]:
+    for i, item in enumerate(items):
+        if i >= MAX_STR:
+            raise SecurityError(f"a sequence of more than {MAX_STR:,} items")
+        _tick()
+        yield item
 
 
 _BINOPS: dict[str, Callable[[Any, Any], Any]] = {"*": _bounded_mul, "**": _bounded_pow, "%": _bounded_mod,
                                                   "+": _bounded_add}
 
 
+#: What templates may call besides fn./mem. members and the allowed methods: the globals they are given.
+_GLOBAL_CALLS = frozenset({_bounded_range, dict, Namespace})
+
+
+def _callable_allowed(obj: Any) -> bool:
+    """fn./mem. members, range/dict/namespace, `loop.cycle`/`loop.changed`, and METHODS of str, dict, list."""
+    if isinstance(obj, Undefined) or any(obj is g for g in _GLOBAL_CALLS) or id(obj) in _API_IDS:
+        return True
+    owner = getattr(obj, "__self__", None)
+    name = getattr(obj, "__name__", None)
+    if isinstance(obj, types.MethodType) and isinstance(owner, LoopContext):
+        return name in ("cycle", "changed")
+    return (isinstance(obj, types.BuiltinMethodType) and type(owner) in (str, dict, list, tuple)
+            and name in METHODS)
+
+
 class RuleSandbox(ImmutableSandboxedEnvironment):
-    """ImmutableSandboxedEnvironment that also refuses modules, function attributes and over-size values."""
+    """ImmutableSandboxedEnvironment that also refuses modules, function attributes and over-size values,
+    calls only what rules are offered (whatever route reached it: `x.m()`, `x['m']()`), and runs every
+    hook under the render's deadline."""
 
     intercepted_binops = frozenset(_BINOPS)
+    code_generator_class = _BoundedCode
+    bounded_concat = staticmethod(_bounded_concat)  # not `concat`: jinja2 joins output chunks with that
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if isinstance(value, types.ModuleType | type):
@@ -159,7 +354,23 @@ class RuleSandbox(ImmutableSandboxedEnvironment):
             return False
         return super().is_safe_attribute(obj, attr, value)
 
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        _tick()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        _tick()
+        return super().getitem(obj, argument)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja2's
+        _tick()
+        if not _callable_allowed(__obj):
+            name = getattr(__obj, "__name__", type(__obj).__name__)
+            raise SecurityError(f"{name}() is not something rules may call")
+        return super().call(__context, __obj, *args, **kwargs)
+
     def call_binop(self, context: Any, operator_: str, left: Any, right: Any) -> Any:
+        _tick()
         op = _BINOPS.get(operator_)
         if op is None:
             return super().call_binop(context, operator_, left, right)
@@ -168,13 +379,16 @@ class RuleSandbox(ImmutableSandboxedEnvironment):
 
 def template_env() -> RuleSandbox:
     """The one environment for rule templates and expressions: sandboxed, bounded, strict about names."""
-    env = RuleSandbox(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
+    env = RuleSandbox(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
+                      finalize=_bounded_output)
     for name in ("lipsum", "cycler", "joiner"):
         env.globals.pop(name, None)
     env.globals["range"] = _bounded_range
     env.filters["tokens"] = _tokens
     env.filters["gib"] = _gib
     env.filters["format"] = _bounded_format
+    # only the allowed filters exist (`map('center', ...)` names one by a string the load check cannot see)
+    env.filters = {name: _guard_filter(name, f) for name, f in env.filters.items() if name in FILTERS}
     env.tests["known"] = lambda v: not isinstance(v, Undefined) and v is not None
     return env
 
@@ -185,8 +399,19 @@ def template(env: RuleSandbox, source: str) -> Any:
 
 
 def expression(env: RuleSandbox, source: str) -> Any:
-    """`env.compile_expression(source, undefined_to_none=False)`, from the compiled-code cache likewise."""
-    return templatecache.compile_expression(env, source, _SALT)
+    """`env.compile_expression(source, undefined_to_none=False)`, from the compiled-code cache likewise; each
+    evaluation runs under MAX_SECONDS."""
+    compiled = templatecache.compile_expression(env, source, _SALT)
+
+    def bounded(**names: Any) -> Any:
+        def evaluate() -> Any:
+            result = compiled(**names)
+            weight(result, MAX_FACT)  # a fact is a number or a short text, and it is kept with every hit
+            return result
+
+        return _timed(evaluate)
+
+    return bounded
 
 
 #: What else decides the code jinja2 generates here: this module (options, intercepted operators, filters).
@@ -195,17 +420,18 @@ _SALT = (__file__,)
 
 def render(template: Any, names: dict[str, Any]) -> str:
     """A template's text, refused (SecurityError) past MAX_OUTPUT characters or MAX_SECONDS."""
-    start = time.monotonic()
-    out: list[str] = []
-    size = 0
-    for chunk in template.generate(**names):
-        size += len(chunk)
-        if size > MAX_OUTPUT:
-            raise SecurityError(f"the template's output exceeds {MAX_OUTPUT:,} characters")
-        if time.monotonic() - start > MAX_SECONDS:
-            raise SecurityError(f"the template took longer than {MAX_SECONDS:g} s")
-        out.append(chunk)
-    return "".join(out)
+    def run() -> str:
+        out: list[str] = []
+        size = 0
+        for chunk in template.generate(**names):
+            size += len(chunk)
+            if size > MAX_OUTPUT:
+                raise SecurityError(f"the template's output exceeds {MAX_OUTPUT:,} characters")
+            _tick()
+            out.append(chunk)
+        return "".join(out)
+
+    return _timed(run)
 
 
 def _tokens(n: Any) -> str:

@@ -164,6 +164,8 @@ def parse(tokens: list[str]) -> ServeArgs:
         i += 3
     while i < len(toks) and (toks[i] in _PROGRAM_WORDS or toks[i].endswith(("/vllm", "api_server"))):
         i += 1
+        if toks[i - 1] == "serve":  # the program ends at `serve`: a model called `python` or `vllm` is the model
+            break
     return _parse_arguments(toks, i, out)
 
 

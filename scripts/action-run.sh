@@ -83,6 +83,8 @@ cmd_run() {
   fi
   local sarif=${INPUT_SARIF:-}
   [[ -n "$sarif" ]] || sarif="$(tmp_root)/vllm-doctor.sarif"
+  # the path is written to $GITHUB_OUTPUT as `sarif=PATH`: a line break would add outputs of its own
+  [[ "$sarif" != *$'\n'* && "$sarif" != *$'\r'* ]] || fail "sarif must be one path, without line breaks"
   mkdir -p "$(dirname "$sarif")"
 
   # 1. the SARIF file, for github/codeql-action/upload-sarif (never gates)

@@ -187,6 +187,14 @@ def test_run_rejects_bad_inputs_with_exit_2(runner, inputs, message):
     assert "exit-code" not in out
 
 
+def test_an_input_cannot_write_step_outputs(runner):
+    """The sarif path is echoed into $GITHUB_OUTPUT: a line break in it would set exit-code or findings."""
+    proc, out, _ = runner("run", INPUT_LOG=str(LOGS / "healthy.log"),
+                          INPUT_SARIF=str(runner.tmp / "r.sarif") + "\nexit-code=0\nfindings=0")
+    assert proc.returncode == 2 and "sarif must be one path" in proc.stdout
+    assert out == {}
+
+
 def test_inputs_are_never_executed(runner):
     marker = runner.tmp / "pwned"
     hostile = f'x"; touch {marker}; echo "\n$(touch {marker})\n`touch {marker}`'

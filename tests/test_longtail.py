@@ -161,3 +161,64 @@ def test_the_cause_after_tritons_location_header_outranks_the_header():
     # alone, the header is still a compile failure (not an unrecognized one)
     header_only = ENGINE + "triton.compiler.errors.CompilationError: at 12:4:\n    pid = tl.program_id(axis=0)\n"
     assert diagnose_text(header_only).findings[0].rule.id == "compile-failure"
+
+
+# --- coverage2: failures that used to read as unrecognized-failure ---------------------------------------------
+
+def _fix(finding, key: str):
+    return next((f.get("value") for f in finding.fixes if f.get("flag") == key or f.get("env") == key), None)
+
+
+def test_a_gloo_reset_after_a_worker_oom_ranks_below_the_oom():
+    log = ENGINE + READY + \
+        "(VllmWorker TP1 pid=301) ERROR 06-01 10:05:00 [multiproc_executor.py:1] torch.OutOfMemoryError: CUDA out " \
+        "of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB of which 1.02 GiB is free.\n" \
+        "(VllmWorker TP0 pid=300) ERROR 06-01 10:05:01 [multiproc_executor.py:1] RuntimeError: [../third_party/gloo/" \
+        "gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.7]:43139\n"
+    ids = [f.rule.id for f in diagnose_text(log).findings]
+    assert ids[:2] == ["serving-oom", "nccl-error"]
+
+
+def test_a_bare_keyerror_on_a_model_type_asks_for_a_newer_transformers():
+    log = frames("APIServer pid=1", "create_engine_config", "get_config", "from_pretrained", "__getitem__") + \
+        "(APIServer pid=1) KeyError: 'qwen2'\n"
+    f = diagnose_text(log).findings[0]
+    assert (f.rule.id, f.stage, f.facts["model_type"]) == ("unsupported-architecture", "config", "qwen2")
+    assert "Upgrade Transformers first: `pip install -U transformers`" in f.advice
+
+
+def test_a_keyerror_on_anything_else_is_not_an_unknown_model_type():
+    log = frames("APIServer pid=1", "create_engine_config", "get_config") + "(APIServer pid=1) KeyError: 'rope_type'\n"
+    assert diagnose_text(log).findings[0].rule.id == "unrecognized-failure"
+
+
+def test_a_full_disk_is_told_from_a_full_dev_shm():
+    hf = ENGINE + LOADING + "(VllmWorker TP0 pid=300) OSError: [Errno 28] No space left on device: " \
+        "'/root/.cache/huggingface/hub/models--org--model-8b/blobs/1f2e.incomplete'\n" + WRAPPER
+    f = diagnose_text(hf).findings[0]
+    assert (f.rule.id, f.stage, _fix(f, "HF_HOME")) == ("disk-full", "loading", "/data/hf")
+    shm = ENGINE + LOADING + "(VllmWorker TP0 pid=300) OSError: [Errno 28] No space left on device: '/dev/shm/psm_1a2b'\n"
+    assert diagnose_text(shm).findings[0].rule.id == "shared-memory-too-small"
+
+
+def test_cublas_not_initialized_reads_as_a_full_gpu_not_a_kernel_bug():
+    log = ENGINE + LOADING + "(VllmWorker TP0 pid=300) RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when " \
+        "calling `cublasCreate(handle)`\n" + WRAPPER
+    f = diagnose_text(log).findings[0]
+    assert f.rule.id == "illegal-memory-access"
+    assert "GPU was already full" in f.advice and "--gpu-memory-utilization" in f.advice
+    assert _fix(f, "--enforce-eager") is None
+
+
+def test_a_privileged_port_suggests_an_unprivileged_one():
+    log = READY + "ERROR:    [Errno 13] error while attempting to bind on address ('0.0.0.0', 80): permission denied\n"
+    f = diagnose_text(log).findings[0]
+    assert (f.rule.id, f.severity, _fix(f, "--port")) == ("bind-failed", "error", "8000")
+
+
+def test_a_missing_chat_template_path_stops_the_start_up_at_config():
+    log = frames("APIServer pid=1", "run_server", "init_app_state", "load_chat_template") + \
+        "(APIServer pid=1) ValueError: The supplied chat template string (/templates/llama3.jinja) appears " \
+        "path-like, but doesn't exist!\n"
+    f = diagnose_text(log).findings[0]
+    assert (f.rule.id, f.severity, f.facts["template"]) == ("chat-template-error", "error", "/templates/llama3.jinja")

@@ -235,3 +235,11 @@ def test_a_serving_time_oom_is_a_memory_finding_with_a_changed_command():
     assert (f.rule.id, f.stage) == ("serving-oom", "serving")
     assert "--gpu-memory-utilization 0.93" in f.command and "--max-num-seqs 512" in f.command
     assert "0.97" not in f.command and "1024" not in f.command
+
+
+@pytest.mark.parametrize("model", ["python", "vllm", "serve", "python3"])
+def test_a_model_named_like_a_program_word_stays_the_model(model):
+    """`vllm serve python` (a local folder called `python`): the program ends at `serve`."""
+    back = serve_args.parse_text(serve_args.render_serve(model, {"max_model_len": 4096}).text)
+    assert back.model == model and back.positionals == []
+    assert back.settings() == {"max_model_len": "4096"}

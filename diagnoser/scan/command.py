@@ -87,6 +87,10 @@ def scan_cmd(paths: tuple[str, ...], jobs: int | None, fmt: str, fail_on: str, e
         resolve_rules(list(rule_paths) or None)  # a broken rule pack is one error before any file is read
         if engine == "local":
             check_targets(paths)
+            if output:
+                from ..cli import refuse_output_over_inputs
+
+                refuse_output_over_inputs(output, (*paths, *iter_paths(paths)))
     except DoctorError as exc:
         raise click.UsageError(str(exc)) from None
     opts = ScanOptions(rule_paths=tuple(os.path.abspath(p) for p in rule_paths), redact=not no_redact)

@@ -22,11 +22,20 @@ def rule_text(advice: str = "boom", **extra: str) -> str:
 
 
 def run_doctor(*args: str, stdin: bytes | str = b"", cwd: Path | None = None, timeout: float = 60,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The installed command's entry point, in a subprocess (the whole error contract, exit code included)."""
+               env: dict[str, str] | None = None, max_gib: float | None = None) -> subprocess.CompletedProcess[str]:
+    """The installed command's entry point, in a subprocess (the whole error contract, exit code included);
+    `max_gib` caps its address space, so an attack that would build gigabytes fails there, not on the host."""
     data = stdin.encode() if isinstance(stdin, str) else stdin
+
+    def cap() -> None:
+        if max_gib is not None:
+            import resource
+
+            limit = int(max_gib * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
     proc = subprocess.run([sys.executable, "-m", "diagnoser", *args], input=data, capture_output=True,
-                          cwd=cwd, timeout=timeout, env=env)
+                          cwd=cwd, timeout=timeout, env=env, preexec_fn=cap)  # noqa: PLW1509 - no threads here
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
                                        proc.stderr.decode("utf-8", "replace"))
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +35,31 @@ def test_output_that_is_an_input_is_refused(tmp_path, doctor):
     assert log.read_bytes() == EXAMPLE.read_bytes()
     res = doctor("-o", "same.log", str(log), cwd=tmp_path)  # the same file by another spelling
     one_line_error(res, "is one of the inputs")
+
+
+@pytest.mark.parametrize("args", [
+    ("scan", "-o", "{log}", "{log}"),
+    ("scan", "-o", "{log}", "."),  # the output is one of the logs the folder holds
+    ("compare", "-o", "{log}", "{other}", "{log}"),
+    ("compare", "--format", "html", "-o", "link.log", "{other}", "{log}"),  # a symlink to an input
+    ("diagnose", "-o", "hard.log", "{log}"),  # a hard link
+    ("check", "-o", "{log}"),  # stdin redirected from the output file (`< same.log`)
+    ("diagnose", "--follow", "{log}", "--until", "exit", "--timeout", "1", "-o", "link.log"),
+])
+def test_every_command_refuses_an_output_that_is_an_input(args, tmp_path):
+    """Every command with -o: the log survives, the error names the output (issue 16, variants)."""
+    log, other = tmp_path / "same.log", tmp_path / "other.log"
+    log.write_bytes(EXAMPLE.read_bytes())
+    other.write_bytes(EXAMPLE.read_bytes())
+    (tmp_path / "link.log").symlink_to(log)
+    (tmp_path / "hard.log").hardlink_to(log)
+    argv = [a.format(log=log, other=other) for a in args]
+    with log.open("rb") as stdin:  # stdin is the file itself, as a shell's `< same.log` makes it
+        raw = subprocess.run([sys.executable, "-m", "diagnoser", *argv], stdin=stdin, capture_output=True,
+                             cwd=tmp_path, timeout=60)
+    assert raw.returncode == 2, raw.stderr
+    assert b"is one of the inputs" in raw.stderr, raw.stderr
+    assert log.read_bytes() == EXAMPLE.read_bytes()
 
 
 @pytest.mark.parametrize("content", [b"", b"\x00\x01\x02\xff\xfe" * 500, b"hello\nthis is a build log\nok\n"],

@@ -64,3 +64,25 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 def test_any_value_anywhere_is_loaded_or_a_rule_error(path, value):
     with contextlib.suppress(RuleError):
         parse_rule(_set(BASE, path, value), "<rule>")
+
+
+CASE_PATHS = [("cases", "match", 0, key) for key in ("name", "text", "facts", "stage", "context", "advice_contains",
+                                                       "line", "finding_stage", "wins_over")]
+CASE_PATHS += [("cases", "near_miss", 0), ("cases", "near_miss", 0, "text")]
+
+
+@pytest.mark.parametrize("path", CASE_PATHS, ids=[".".join(map(str, p)) for p in CASE_PATHS])
+def test_wrong_typed_case_fields_are_rule_errors_not_crashes_of_rules_test(path):
+    """A rule pack's cases run under `rules --test`: `facts: [1]` or `stage: [x]` there crashed it."""
+    from diagnoser.selftest import run_cases
+
+    base = copy.deepcopy(BASE)
+    base["cases"]["near_miss"][0] = {"text": base["cases"]["near_miss"][0]["text"]} \
+        if isinstance(base["cases"]["near_miss"][0], dict) else {"text": base["cases"]["near_miss"][0]}
+    for value in WRONG:
+        try:
+            rule = parse_rule(_set(base, path, value), "<rule>")
+        except RuleError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith("<rule>: cases.")
+            continue
+        assert isinstance(run_cases(rule), list)

@@ -30,6 +30,22 @@ SHAPES = {
     "nvidia": ("nvapi-AbCdEfGhIjKlMnOpQrStUvWx12", "NIM: using nvapi-AbCdEfGhIjKlMnOpQrStUvWx12 for auth"),
     "entropy-after-token": ("q8Zr2LmX9vTb4NcW7kPd", "the access token is q8Zr2LmX9vTb4NcW7kPd (expires soon)"),
     "entropy-after-secret": ("Tz9KwQ2mB7xLr4VnP8sD", "client secret: Tz9KwQ2mB7xLr4VnP8sD"),
+    # variants: query strings (also an access log's request line), a token as a URL's user, quotes escaped
+    # inside the value (JSON, Python repr, JSON inside JSON), flag spellings, header with `=`, a PEM key
+    "url-query-signature": ("Yb72jHs9Kd0Pq4Lr8Vt3",
+                            "GET https://s3.example.com/b/m.bin?X-Amz-Signature=Yb72jHs9Kd0Pq4Lr8Vt3&X-Amz-Expires=60"),
+    "url-query-access-log": ("AbCdEf0123456789gh", '10.0.0.1:5000 - "GET /v1/models?sig=AbCdEf0123456789gh HTTP/1.1"'),
+    "url-query-plain-token": ("lowentropyvalue", "fetch https://h.example.com/x?token=lowentropyvalue&page=2"),
+    "url-user-token": ("Qw7eRt5yUi3oP1aS9dF2", "git clone https://Qw7eRt5yUi3oP1aS9dF2@git.example.com/x.git"),
+    "json-escaped-quote": ("cD4eF5gH6iJ7kL8", 'config {"api_key": "aB3\\"cD4eF5gH6iJ7kL8", "n": 1}'),
+    "repr-escaped-quote": ("b secretrest", "Namespace(api_key='a\\'b secretrest', model='m')"),
+    "json-in-json": ("Mn8bV6cX4zL2kJ0hG9fD", 'payload "{\\"api_key\\": \\"Mn8bV6cX4zL2kJ0hG9fD\\"}"'),
+    "flag-underscore": ("plainvalue42", "vllm serve m --api_key plainvalue42"),
+    "flag-hf-underscore": ("hfplain77", "vllm serve m --hf_token hfplain77"),
+    "flag-prefixed": ("openaiplain9", "launcher --openai-api-key openaiplain9 --port 1"),
+    "flag-single-dash": ("dashplain5", "run.sh -api-key dashplain5"),
+    "header-with-equals": ("Hk2Jd8Ls0Pq4Wr6Ty1", "headers X-API-Key=Hk2Jd8Ls0Pq4Wr6Ty1"),
+    "private-key": ("MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "-----BEGIN PRIVATE KEY-----MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"),
 }
 
 
@@ -51,9 +67,31 @@ def test_hard_wrapped_token_is_redacted_on_both_lines():
     assert r2("INFO 08-21 14:02:15 [api_server.py:1] Starting") == "INFO 08-21 14:02:15 [api_server.py:1] Starting"
 
 
+def test_a_wrapped_secret_does_not_swallow_the_next_lines_key():
+    """The rest of a cut token is the next line's first word, unless that word is a key: then its value must
+    still be found (`authorization=Bearer TOKEN`, once, took the key as the rest and left TOKEN)."""
+    r = Redactor()
+    r("env HF_TOKEN=hf_PlMoKnIjBuHvGyCfTxDrZeSwAq98765432")
+    out = r("authorization=Bearer Zx81kQp0Lm3Nv7Rt5Ws2")
+    assert "Zx81kQp0Lm3Nv7Rt5Ws2" not in out and "«redacted:bearer_token»" in out, out
+    r("Authorization: Bearer abc.def.123456789")
+    out = r("Bearer Zx81kQp0Lm3Nv7Rt5Ws2")
+    assert "Zx81kQp0Lm3Nv7Rt5Ws2" not in out, out
+
+
+def test_a_private_key_is_redacted_on_every_line():
+    r = Redactor()
+    pem = ["-----BEGIN RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9Oi", "Z1BjP5CE/Wm/Rr500P5sK+b",
+           "-----END RSA PRIVATE KEY-----", "INFO 08-21 14:02:15 [api_server.py:1] Starting"]
+    out = [r(line) for line in pem]
+    assert out[0] == "-----BEGIN RSA PRIVATE KEY----- «redacted:private_key»"
+    assert out[1:3] == ["«redacted:private_key»"] * 2
+    assert out[3:] == pem[3:]
+
+
 def test_secret_flag_is_fuzzy_but_knows_real_flags():
     for name in ("api-key", "api-kye", "apikey", "hf-token", "hf-tokn", "token", "tokne", "password", "pasword",
-                 "secret", "secert", "secret-key", "access-key", "key"):
+                 "secret", "secert", "secret-key", "access-key", "key", "api_key", "hf_token", "openai-api-key"):
         assert secret_flag(name), name
     for name in ("max-num-batched-tokens", "tokenizer", "tokenizer-mode", "kv-cache-dtype", "seed",
                  "ssl-keyfile", "max-model-len", "served-model-name", "skip-tokenizer-init"):
@@ -115,3 +153,17 @@ def test_plan_redacts_command_line_and_launch_files(tmp_path, doctor):
         assert res.returncode in (0, 1), res.stderr
         for s in secrets:
             assert s not in res.stdout + res.stderr, (fmt, s)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "sarif"])
+def test_a_secret_in_the_file_name_is_redacted(fmt, tmp_path, doctor):
+    """A log saved under a name that holds a token (a signed URL's query, a token pasted into a folder name)."""
+    token = "hf_" + "Qw7Rt" * 6
+    log = tmp_path / f"vllm-{token}.log"
+    log.write_bytes(EXAMPLE.read_bytes())
+    res = doctor("--format", fmt, "--no-color", str(log), cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert token not in res.stdout and token not in res.stderr
+    assert "vllm-" in res.stdout  # the rest of the name still tells the user which file it is
+    kept = doctor("--format", fmt, "--no-color", "--no-redact", str(log), cwd=tmp_path)
+    assert token in kept.stdout
