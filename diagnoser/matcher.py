@@ -414,24 +414,12 @@ class Matcher:
             long = len(line.text) >= LONG_TEXT  # never repeats its shape: no key (see ShapeCache.matches)
             key = b"" if long else shape_key(line.text)
             candidates = [entries[i] for i in self._shapes.matches(line.text, low, key or None)]
-            window: list[Line] | None = None
             if not candidates:
-                # a keyword may be cut in two by a wrap, or sit on the next piece of the message
-                if len(self._pending) < 2 or not _continues(line, line, self._pending[1][0]):
+                wrapped = self._wrapped_candidates(line)
+                if wrapped is None:
                     return
-                if _cut_before(line, self._pending[1][0]):
-                    return  # a piece of an enormous line is its own window: its keywords were just looked for
-                window = self._window()
-                texts = joined_texts(window)
-                lows = [t.lower() for t in texts]
-                pieces = [w.text.lower() for w in window[1:]]
-                # only a keyword cut in two by the wrap: one whole on a later line starts that line's window
-                index = self.index
-                cut = {w for lw in lows for w in index.present(lw)} - {w for pc in pieces for w in index.present(pc)}
-                candidates = [entries[i] for i in index.owners(w for w in index.words if w in cut)] if cut else []
-                if not candidates:
-                    return
-            if window is None:
+                candidates, window, texts, lows = wrapped
+            else:
                 window = self._window()
                 texts = joined_texts(window) if len(window) > 1 else (line.text,)
                 lows = [t.lower() for t in texts] if len(window) > 1 else [low]
@@ -446,19 +434,10 @@ class Matcher:
                     continue
                 facts: dict[str, Any] = {}
                 if pattern.regex is not None:
-                    if shaped is not None and _safe(pattern.regex):
-                        groups = _groups(shaped, pattern.regex, line.text, lambda p=pattern.regex: p.search(line.text))
-                        if groups is None:
-                            continue
-                        facts.update(self._typed(rule, groups))
-                    else:
-                        m = _on_line(pattern.regex, rule, line.text) if len(window) > 1 else None
-                        m = m or _search(pattern.regex, texts, None)
-                        if m is None and len(window) > 1:
-                            m = _search(_tolerant_of(pattern.regex), texts[:1], None)
-                        if not m:
-                            continue
-                        facts.update(self._typed(rule, m.groupdict()))
+                    groups = _regex_groups(pattern.regex, rule, line.text, window, texts, shaped)
+                    if groups is None:
+                        continue
+                    facts.update(self._typed(rule, groups))
                 else:
                     cached = shaped.get(id(pattern)) if shaped is not None else None
                     if cached is None:
@@ -500,6 +479,24 @@ class Matcher:
             self._collect(list(found.values()))
         finally:
             self._pending.popleft()
+
+    def _wrapped_candidates(
+            self, line: Line) -> tuple[list[Any], list[Line], tuple[str, ...] | list[str], list[str]] | None:
+        """No keyword on the line itself: one cut in two by a terminal's wrap may stand on the joined window
+        (candidates, window, texts, lower-cased texts), else None. A keyword whole on a later line starts that
+        line's own window, and a piece of an enormous line is its own window (its keywords were just looked for)."""
+        if len(self._pending) < 2 or not _continues(line, line, self._pending[1][0]):
+            return None
+        if _cut_before(line, self._pending[1][0]):
+            return None
+        window = self._window()
+        texts = joined_texts(window)
+        lows = [t.lower() for t in texts]
+        pieces = [w.text.lower() for w in window[1:]]
+        index = self.index
+        cut = {w for lw in lows for w in index.present(lw)} - {w for pc in pieces for w in index.present(pc)}
+        candidates = [self.entries[i] for i in index.owners(w for w in index.words if w in cut)] if cut else []
+        return (candidates, window, texts, lows) if candidates else None
 
     def _collect(self, hits: list[Hit]) -> None:
         """Keep a line's hits; an aggregate rule's are folded (Fold), and kept whole only while they matter."""
@@ -708,6 +705,20 @@ def joined_texts(window: list[Line]) -> tuple[str, str]:
 
 
 NUMERIC = ("int", "float", "gib", "size", "bytes")
+
+
+def _regex_groups(regex: Any, rule: Rule, text: str, window: list[Line], texts: tuple[str, ...] | list[str],
+                  shaped: dict[Any, Any] | None) -> dict[str, str | None] | None:
+    """A pattern's named groups on its line (or the window a wrap made of it), None where it does not match: a
+    line of a shape seen before answers from the shape; a wrapped message is searched on the line first, then on
+    the joined window, then wrap-tolerantly on its first text."""
+    if shaped is not None and _safe(regex):
+        return _groups(shaped, regex, text, lambda p=regex: p.search(text))
+    m = _on_line(regex, rule, text) if len(window) > 1 else None
+    m = m or _search(regex, texts, None)
+    if m is None and len(window) > 1:
+        m = _search(_tolerant_of(regex), texts[:1], None)
+    return m.groupdict() if m else None
 
 
 def _on_line(pattern: Any, rule: Rule, text: str) -> Any:
