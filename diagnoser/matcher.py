@@ -26,7 +26,7 @@ from .fastdataclass import dataclass
 from .keywords import LONG_TEXT, KeywordIndex, lowered
 from .reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
 from .rules import Pattern, Rule, wrap_tolerant
-from .shaped import MAX_SHAPES, ShapeCache, digit_free, shape_key, shape_safe
+from .shaped import ShapeCache, digit_free, remember, shape_key, shape_safe
 from .stages import coarse
 from .tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 
@@ -373,9 +373,7 @@ class Matcher:
         except TypeError:  # a value that is a dict or a list: evaluated each time
             return self.ev.truth(source, template_names(facts, {}))
         if found is None:
-            if len(self._window_verdicts) >= MAX_SHAPES:
-                self._window_verdicts.clear()
-            found = self._window_verdicts[key] = self.ev.truth(source, template_names(facts, {}))
+            found = remember(self._window_verdicts, key, self.ev.truth(source, template_names(facts, {})))
         return found
 
     @property
@@ -519,9 +517,7 @@ class Matcher:
         """The answers known for a line shape: pattern id -> phrase verdict, or a regex's group spans."""
         found = self._shaped_results.get(key)
         if found is None:
-            if len(self._shaped_results) >= MAX_SHAPES:
-                self._shaped_results.clear()
-            found = self._shaped_results[key] = {}
+            found = remember(self._shaped_results, key, {})
         return found
 
     def _extract_shaped(self, rule: Rule, text: str, shaped: dict[int, Any]) -> dict[str, Any]:
@@ -530,7 +526,7 @@ class Matcher:
         spans = shaped.get(id(rule.extractors))
         if spans is not None:  # every extractor is shape-safe: where each one's groups are, in order
             for found in spans:
-                groups = {k: (text[a:b] if a != -1 else None) for k, (a, b) in found.items()}
+                groups = _at_spans(text, found)
                 for name, value in self._typed(rule, groups).items():
                     facts.setdefault(name, value)
             return facts
@@ -647,6 +643,11 @@ def _groups(shaped: dict[int, Any], pattern: Any, text: str, search: Any) -> dic
         spans = shaped[id(pattern)] = None if m is None else {k: m.span(k) for k in m.groupdict()}
     if spans is None:
         return None
+    return _at_spans(text, spans)
+
+
+def _at_spans(text: str, spans: dict[str, tuple[int, int]]) -> dict[str, str | None]:
+    """A groupdict rebuilt from spans found on another text of the same shape (-1: the group took no part)."""
     return {k: (text[a:b] if a != -1 else None) for k, (a, b) in spans.items()}
 
 

@@ -42,6 +42,15 @@ PLAIN = re.compile(
 _verdicts: dict[bytes, bool] = {}
 
 
+def remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    """`cache[key] = value` in a memo of at most MAX_SHAPES entries, emptied when full: a log of endlessly new
+    shapes pays a lookup a line, never unbounded memory. Returns `value`."""
+    if len(cache) >= MAX_SHAPES:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def shape_key(text: str) -> bytes:
     """A text with every digit read as 0: texts of one key differ only in their digits' values.
 
@@ -97,9 +106,7 @@ def _lines(block: bytes, number: int, redact: Callable[[str], str] | None, st: R
         fresh = redact is None or (redactor is not None and redactor._carry is None)
         slow = list(_physical_to_lines(number, raw, redact, False))
         if good is None and fresh:
-            if len(verdicts) >= MAX_SHAPES:
-                verdicts.clear()
-            verdicts[key] = _fast_equals(raw, number, slow)
+            remember(verdicts, key, _fast_equals(raw, number, slow))
         yield from slow
 
 
@@ -141,14 +148,12 @@ class ShapeCache:
         key = shape_key(text) if key is None else key
         cached = self._cache.get(key)
         if cached is None:
-            if len(self._cache) >= MAX_SHAPES:
-                self._cache.clear()
             present = self.index.present(low)
             # a keyword with digits can only be where the shape has its shape: tested on each line, if at all
             low_key = shape_key(low)
             words = [w for w in present if w not in self._digit_set]
-            cached = self._cache[key] = (words, [w for w in self._digits if shape_key(w) in low_key],
-                                         self.index.owners(words) if words else [])
+            cached = remember(self._cache, key, (words, [w for w in self._digits if shape_key(w) in low_key],
+                                                 self.index.owners(words) if words else []))
         words, maybe, owners = cached
         if not maybe:
             return owners
@@ -170,9 +175,7 @@ class ShapePlans:
         key = shape_key(text)
         found = self._cache.get(key)
         if found is None:
-            if len(self._cache) >= MAX_SHAPES:
-                self._cache.clear()
-            found = self._cache[key] = self.plan(text)
+            found = remember(self._cache, key, self.plan(text))
         return found
 
 
