@@ -123,14 +123,7 @@ class KeywordIndex:
         searched in one hyperscan pass that stops at the first keyword; else (or without the `fast` extra) a
         substring test per keyword, which in pure Python beats any regex over a long text."""
         if len(text) >= SMALL_BLOCK and (db := self._db()) is not None:
-            found: list[int] = []
-            try:
-                db.scan(text.encode("utf-8", "surrogatepass"),
-                        match_event_handler=lambda i, _s, _e, _f, _c: found.append(i) or True)  # True: stop
-            except Exception:  # noqa: BLE001 - hyperscan.ScanTerminated: the handler stopped it at the first one
-                if not found:
-                    raise
-            return bool(found)
+            return scan_any(db, text.encode("utf-8", "surrogatepass"))
         return any(w in text for w in self.words)
 
     def owners(self, words: Iterable[str]) -> list[int]:
@@ -155,6 +148,17 @@ class KeywordIndex:
                                                 single_match=True)
             self._hs = _HS_DBS[key]
         return self._hs
+
+
+def scan_any(db: Any, data: bytes) -> bool:
+    """Whether a hyperscan database matches anywhere in `data`: the scan stops at the first match."""
+    found: list[int] = []
+    try:
+        db.scan(data, match_event_handler=lambda i, _s, _e, _f, _c: found.append(i) or True)  # True: stop
+    except Exception:  # noqa: BLE001 - hyperscan.ScanTerminated: the handler stopped it at the first match
+        if not found:
+            raise
+    return bool(found)
 
 
 def literal_database(name: str, words: Sequence[bytes], caseless: bool = False, single_match: bool = False) -> Any:
@@ -286,13 +290,7 @@ class BlockPattern:
         db = self._db() if len(block) >= SMALL_BLOCK else None
         if db is None:
             return self.pattern.search(block) is not None
-        found: list[int] = []
-        try:
-            db.scan(block, match_event_handler=lambda _i, _s, e, _f, _c: found.append(e) or True)  # True: stop
-        except Exception:  # noqa: BLE001 - hyperscan.ScanTerminated: the handler stopped it at the first match
-            if not found:
-                raise
-        return bool(found)
+        return scan_any(db, block)
 
     def _db(self) -> Any:
         if self._hs_tried:
