@@ -457,8 +457,8 @@ def _trie(words: list[bytes]) -> bytes:
 
 
 class LineIndex:
-    """Newlines before an offset of one block, counted once: queries resume from the nearest offset asked
-    before (the access-line counts and the hits' line numbers ask in increasing order, one after the other)."""
+    """Newlines before an offset of one block, counted once: each query resumes from the nearest offset asked
+    before it (the access-line counts and the hits' line numbers each ask in increasing order)."""
 
     def __init__(self, block: bytes) -> None:
         self.block = block
@@ -467,10 +467,13 @@ class LineIndex:
 
     def at(self, offset: int) -> int:
         i = bisect.bisect_right(self._offsets, offset) - 1
+        if self._offsets[i] == offset:
+            return self._counts[i]
         n = self._counts[i] + self.block.count(b"\n", self._offsets[i], offset)
-        if i == len(self._offsets) - 1:
-            self._offsets.append(offset)
-            self._counts.append(n)
+        # kept sorted whatever the order of the questions: a count never restarts further back than the
+        # nearest offset asked before (an early question about the block's end made every later one recount)
+        self._offsets.insert(i + 1, offset)
+        self._counts.insert(i + 1, n)
         return n
 
 

@@ -180,3 +180,31 @@ def test_a_long_text_is_split_and_marked_as_a_short_one_is():
         f"(APIServer pid=1) INFO 03-06 01:34:23 [a.py:1] {pad} info again"]
     assert parse_line(1, f"{pad} \"POST /v1/completions HTTP/1.1\" 200 OK").user_content
     assert not parse_line(1, f"{pad} post /v1/completions").user_content
+
+
+class _CountingBlock(bytes):
+    """A block that records the ranges its newlines are counted over."""
+
+    scanned: list[tuple[int, int]]
+
+    def count(self, sub, start=0, end=None):  # type: ignore[override]
+        self.scanned.append((start, len(self) if end is None else end))
+        return bytes.count(self, sub, start, end)
+
+
+def test_line_index_answers_questions_in_any_order_counting_each_byte_once() -> None:
+    """The access-line counts ask about the block's end first, then the hits ask in increasing order: each
+    question resumes from the nearest offset asked before, so the block is counted over once in all (the old
+    index recounted from the start for every hit: a block of thousands of keyword lines was quadratic)."""
+    from diagnoser.reader import LineIndex
+
+    raw = b"".join(b"line %d\n" % i for i in range(2000))
+    block = _CountingBlock(raw)
+    block.scanned = []
+    index = LineIndex(block)
+    offsets = [i for i in range(len(raw)) if raw[i - 1:i] == b"\n" or i == 0]
+    assert index.at(len(raw)) == 2000
+    for k, off in enumerate(offsets):
+        assert index.at(off) == k
+    assert index.at(offsets[1500]) == 1500  # asked again: answered, not recounted wrongly
+    assert sum(end - start for start, end in block.scanned) <= 2 * len(raw)
