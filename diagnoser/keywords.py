@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -74,6 +75,9 @@ class KeywordIndex:
                     ids.append(i)
         self._owners = owners
         self.words = list(owners)
+        self._key = tuple(self.words)
+        self._sizes = [len(w.encode("utf-8", "surrogatepass")) for w in self.words]
+        self._lower = [w == w.lower() for w in self.words]  #: only these can be in a lower-cased text
         self._hs: Any = None
         self._hs_tried = False
         self._search: Any = None
@@ -118,13 +122,47 @@ class KeywordIndex:
         words = self.words
         return [words[i] for i in sorted(ids)]
 
+    def present_in(self, text: str) -> list[str]:
+        """`present(text.lower())`. A long ASCII text is not lower-cased for it when hyperscan is there: its
+        words are found caseless, in the one pass that answers every index asking about that text (_Union)."""
+        if len(text) >= LONG_TEXT and text.isascii() and self._db() is not None:
+            ends = _UNION.first_ends(self._key, True, text)
+            if ends is not None:
+                words, lower = self.words, self._lower
+                return [words[i] for i in sorted(ends) if lower[i]]
+        return self.present(lowered(text))
+
+    def matches_in(self, text: str) -> list[int]:
+        """`matches(text.lower())`, by present_in."""
+        words = self.present_in(text)
+        return self.owners(words) if words else []
+
     def any_in(self, text: str) -> bool:
         """Whether any keyword occurs in `text` (as given, no case folding): a text of SMALL_BLOCK or more is
-        searched in one hyperscan pass that stops at the first keyword; else (or without the `fast` extra) a
-        substring test per keyword, which in pure Python beats any regex over a long text."""
+        searched in one hyperscan pass that stops at the first keyword (or answered from the pass _Union made
+        over it); else (or without the `fast` extra) a substring test per keyword, which in pure Python beats
+        any regex over a long text."""
         if len(text) >= SMALL_BLOCK and (db := self._db()) is not None:
+            ends = _UNION.first_ends(self._key, False, text)
+            if ends is not None:
+                return bool(ends)
             return scan_any(db, text.encode("utf-8", "surrogatepass"))
         return any(w in text for w in self.words)
+
+    def any_from(self, text: str, begin: int) -> bool:
+        """`any_in(text[begin:])`, without copying a long text whose words' first occurrences answer it: none at
+        all, or one starting at `begin` or later."""
+        if len(text) >= SMALL_BLOCK and (db := self._db()) is not None:
+            ends = _UNION.first_ends(self._key, False, text)
+            if ends is not None:
+                if not ends:
+                    return False
+                first = begin if text.isascii() else len(text[:begin].encode("utf-8", "surrogatepass"))
+                sizes = self._sizes
+                if any(end - sizes[i] >= first for i, end in ends.items()):
+                    return True
+            return scan_any(db, text[begin:].encode("utf-8", "surrogatepass"))
+        return self.any_in(text[begin:])
 
     def owners(self, words: Iterable[str]) -> list[int]:
         """Items having any of `words`, in item order."""
@@ -150,6 +188,72 @@ class KeywordIndex:
         return self._hs
 
 
+#: words the union holds at most (a scan of logs with many rule packs); past it, it starts afresh
+UNION_MAX = 8192
+_UNION_HELD = 3
+
+
+class _Union:
+    """One hyperscan pass over a long text answers every KeywordIndex that asks about it.
+
+    A piece of an enormous line is asked about six times (the redactor's hints, the reader's restart and
+    request-logger words, the tracker's landmarks, the matcher's keywords, the series' words): one database of
+    all their words (caseless for present_in, exact for any_in; each reports its first match only) scans its
+    UTF-8 once instead of six times, after one encode instead of three and no lower-cased copy. An index joins
+    on its first question and is answered from the next new text on (the database is rebuilt then; a text
+    scanned before it joined is searched by the index itself). Held per text: where each word's first
+    occurrence ends, for the last few texts (by identity, else equality: the same piece asked again).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._members: dict[tuple[tuple[str, ...], bool], int] = {}  # (words, caseless) -> its first id
+        self._words: list[bytes] = []
+        self._caseless: list[bool] = []
+        self._db: Any = None
+        self._built = 0  # words the database holds
+        self._recent: list[tuple[str, int, dict[int, int]]] = []  # (text, words scanned for, id -> first end)
+
+    def first_ends(self, words: tuple[str, ...], caseless: bool, text: str) -> dict[int, int] | None:
+        """{index in `words`: where its first occurrence in `text`'s UTF-8 ends}, or None: the caller searches."""
+        with self._lock:
+            base = self._members.get((words, caseless))
+            if base is None:
+                if len(self._words) + len(words) > UNION_MAX:
+                    self._reset()
+                base = self._members[(words, caseless)] = len(self._words)
+                self._words.extend(w.encode("utf-8", "surrogatepass") for w in words)
+                self._caseless.extend([caseless] * len(words))
+            found = self._found(text, base + len(words))
+        if found is None:
+            return None
+        return {i - base: end for i, end in found.items() if base <= i < base + len(words)}
+
+    def _found(self, text: str, need: int) -> dict[int, int] | None:
+        for held, scanned, found in self._recent:
+            if held is text or held == text:  # equality costs a memcmp only between texts of one length
+                return found if scanned >= need else None
+        if self._built < len(self._words):
+            self._db = literal_database("hs-union", self._words, self._caseless, single_match=True)
+            self._built = len(self._words)
+        if self._db is None or need > self._built:
+            return None
+        found: dict[int, int] = {}
+
+        def first(i: int, _start: int, end: int, _flags: int, _context: Any) -> None:  # (a true return stops it)
+            found.setdefault(i, end)
+
+        self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=first)
+        self._recent = [*self._recent[1 - _UNION_HELD:], (text, self._built, found)]
+        return found
+
+
+_UNION = _Union()
+
+
 def scan_any(db: Any, data: bytes) -> bool:
     """Whether a hyperscan database matches anywhere in `data`: the scan stops at the first match."""
     found: list[int] = []
@@ -161,8 +265,10 @@ def scan_any(db: Any, data: bytes) -> bool:
     return bool(found)
 
 
-def literal_database(name: str, words: Sequence[bytes], caseless: bool = False, single_match: bool = False) -> Any:
+def literal_database(name: str, words: Sequence[bytes], caseless: bool | Sequence[bool] = False,
+                     single_match: bool = False) -> Any:
     """`words` as a hyperscan block-mode database of literals (id = index), or None without the `fast` extra.
+    `caseless`: for every word, or one flag a word.
 
     Compiling one takes 100-150 ms for the prefilter's ~300 keywords, more than a whole small diagnosis, so
     the compiled form is kept in the user's cache (datafiles), keyed by the words, the flags and hyperscan's
@@ -177,8 +283,14 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool = False, 
         return None
     from . import datafiles
 
-    flag = (hyperscan.HS_FLAG_CASELESS if caseless else 0) | (hyperscan.HS_FLAG_SINGLEMATCH if single_match else 0)
-    key = datafiles.content_key([f"hyperscan {hyperscan.__version__} {flag}".encode(), *words])
+    single = hyperscan.HS_FLAG_SINGLEMATCH if single_match else 0
+    if isinstance(caseless, bool):
+        flag = (hyperscan.HS_FLAG_CASELESS if caseless else 0) | single
+        flags, head = [flag] * len(words), f"hyperscan {hyperscan.__version__} {flag}"
+    else:
+        flags = [(hyperscan.HS_FLAG_CASELESS if c else 0) | single for c in caseless]
+        head = f"hyperscan {hyperscan.__version__} {' '.join(map(str, flags))}"
+    key = datafiles.content_key([head.encode(), *words])
     stored = datafiles.read_blob(name, key)
     if stored is not None:
         try:
@@ -191,7 +303,7 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool = False, 
     try:
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         db.compile(expressions=[b"".join(b"\\x%02x" % c for c in w) for w in words],
-                   ids=list(range(len(words))), elements=len(words), flags=[flag] * len(words))
+                   ids=list(range(len(words))), elements=len(words), flags=flags)
     except Exception:  # noqa: BLE001 - a broken or too-old build: the pure-Python search is always there
         return None
     with contextlib.suppress(Exception):  # a database that cannot be serialized is simply not cached

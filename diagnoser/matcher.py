@@ -407,9 +407,9 @@ class Matcher:
         try:
             if line.user_content or not line.text:
                 return
-            low = lowered(line.text)
-            entries = self.entries
             long = len(line.text) >= LONG_TEXT  # never repeats its shape: no key (see ShapeCache.matches)
+            low = None if long else lowered(line.text)  # a long text's only when a keyword is there
+            entries = self.entries
             key = b"" if long else shape_key(line.text)
             candidates = [entries[i] for i in self._shapes.matches(line.text, low, key or None)]
             if not candidates:
@@ -420,7 +420,7 @@ class Matcher:
             else:
                 window = self._window()
                 texts = joined_texts(window) if len(window) > 1 else (line.text,)
-                lows = [t.lower() for t in texts] if len(window) > 1 else [low]
+                lows = [t.lower() for t in texts] if len(window) > 1 else [lowered(line.text) if low is None else low]
             processed: list[str] | None = None
             stage = coarse(fine)
             ctx_dict: dict[str, Any] | None = None

@@ -190,7 +190,7 @@ def split_flattened(text: str) -> list[str]:
         return [text]
     lead = _LEAD.match(text)
     begin = max(1, lead.end() if lead else 1)
-    if not _RESTART_ANY.any_in(text[begin:]):
+    if not _RESTART_ANY.any_from(text, begin):
         return [text]  # no second record can start here (the common case: one long request line)
     parts = _cut(text, RESTART)
     if len(parts) > 1 or text.find("Traceback (most recent call last)", 1) > 0 or text.count(' File "') > 1:

@@ -212,9 +212,9 @@ class Redactor:
         carry, self._carry = self._carry, None
         if carry is not None:
             text = _CONTINUATION.sub(lambda m: self._continuation(m, carry), text, count=1)
-        low = lowered(text)
         if len(text) >= LONG_TEXT:
-            return self._long(text, low)
+            return self._long(text)
+        low = text.lower()
         if not maybe_secret(low):
             return text
         for hints, pattern, handler in self._rules:
@@ -224,11 +224,12 @@ class Redactor:
             text = self._carry_from(text)
         return text
 
-    def _long(self, text: str, low: str) -> str:
-        """__call__ for a long text: one pass finds which hints it holds; KEYED runs only where one is."""
+    def _long(self, text: str) -> str:
+        """__call__ for a long text: one pass finds which hints it holds (without a lower-cased copy of an ASCII
+        text: see KeywordIndex.present_in); KEYED runs only where one is."""
         if _HINTS._db() is not None:  # hyperscan: one pass
-            present = set(_HINTS.present(low))
-        elif maybe_secret(low):  # substring tests beat the pure-Python keyword regex over 1 MB
+            present = set(_HINTS.present_in(text))
+        elif maybe_secret(low := lowered(text)):  # substring tests beat the pure-Python keyword regex over 1 MB
             present = {h for h in _HINTS.words if h in low}
         else:
             return text

@@ -140,11 +140,11 @@ class ShapeCache:
         self._cache: dict[bytes, tuple[list[str], list[str], list[int]]] = {}
 
     def matches(self, text: str, low: str | None = None, key: bytes | None = None) -> list[int]:
-        low = lowered(text) if low is None else low
         if len(text) >= LONG_TEXT:
             # a long text (a piece of an enormous line) never repeats its shape: its key would cost a pass
-            # and pin a megabyte in the cache for nothing
-            return self.index.matches(low)
+            # and pin a megabyte in the cache for nothing (nor is it lower-cased for this: present_in)
+            return self.index.matches_in(text)
+        low = lowered(text) if low is None else low
         key = shape_key(text) if key is None else key
         cached = self._cache.get(key)
         if cached is None:
