@@ -234,21 +234,25 @@ class _Union:
 
     def _found(self, text: str, need: int) -> dict[int, int] | None:
         for held, scanned, found in self._recent:
-            if held is text or held == text:  # equality costs a memcmp only between texts of one length
+            if held is text:
                 return found if scanned >= need else None
-        if self._built < len(self._words):
-            self._db = literal_database("hs-union", self._words, self._caseless, single_match=True)
-            self._built = len(self._words)
-        if self._db is None or need > self._built:
-            return None
-        found: dict[int, int] = {}
+        # an equal text (a memcmp only between texts of one length): held again as this object
+        known = next(((scanned, found) for held, scanned, found in self._recent if held == text), None)
+        if known is None:
+            if self._built < len(self._words):
+                self._db = literal_database("hs-union", self._words, self._caseless, single_match=True)
+                self._built = len(self._words)
+            if self._db is None:
+                return None
+            found: dict[int, int] = {}
 
-        def first(i: int, _start: int, end: int, _flags: int, _context: Any) -> None:  # (a true return stops it)
-            found.setdefault(i, end)
+            def first(i: int, _start: int, end: int, _flags: int, _context: Any) -> None:  # (True would stop it)
+                found.setdefault(i, end)
 
-        self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=first)
-        self._recent = [*self._recent[1 - _UNION_HELD:], (text, self._built, found)]
-        return found
+            self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=first)
+            known = (self._built, found)
+        self._recent = [*self._recent[1 - _UNION_HELD:], (text, *known)]
+        return known[1] if known[0] >= need else None
 
 
 _UNION = _Union()
