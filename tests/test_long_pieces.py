@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from diagnoser.engine import diagnose_text
 from diagnoser.keywords import LONG_TEXT, lowered
 from diagnoser.matcher import CUT_PIECE, Matcher
@@ -36,3 +38,58 @@ def test_lowered_gives_lower_of_long_and_short_texts_alike():
     assert lowered(long) == long.lower()
     assert lowered(long) is lowered(long)  # computed once while it is among the last asked
     assert lowered("GPU KV Cache") == "gpu kv cache"
+
+
+def _index(words: list[str]):
+    from diagnoser import keywords
+
+    return keywords.KeywordIndex([w] for w in words)
+
+
+def test_present_in_finds_what_present_finds_in_the_lower_cased_text():
+    """One caseless pass over a long ASCII text (no lower-cased copy) answers as `present(text.lower())`; a
+    keyword with capitals is never in a lower-cased text; a non-ASCII text (the Kelvin sign lower-cases to `k`)
+    is lower-cased and searched as before."""
+    from diagnoser import keywords
+
+    words = ["nccl error", "out of memory", "Traceback", "kv cache", "é!"]
+    index, plain = _index(words), _index(words)
+    pad = "x " * keywords.SMALL_BLOCK
+    texts = [pad + "CUDA Out Of Memory, NCCL error", pad + "TRACEBACK here", pad + "nothing",
+             pad + "\u212aV CACHE full é!", "NCCL ERROR " + pad + " out of MEMORY"]
+    for text in texts:
+        assert index.present_in(text) == plain.present(text.lower())
+    assert [index.present_in(t) for t in texts] == [["nccl error", "out of memory"], [], [], ["kv cache", "é!"],
+                                                    ["nccl error", "out of memory"]]
+
+
+def test_any_from_agrees_with_any_in_of_the_rest():
+    """`any_from(text, begin)` == `any_in(text[begin:])`: a word whose first occurrence starts before `begin`
+    may occur again after it, or not; positions count in characters, also past non-ASCII ones."""
+    from diagnoser import keywords
+
+    index = _index(["pid=", "ERROR", "Traceback"])
+    pad = "x" * keywords.SMALL_BLOCK
+    cases = [("ERROR " + pad, 1), ("ERROR " + pad, 0), ("ERROR " + pad + " ERROR", 1), ("éé ERROR" + pad, 3),
+             ("éé ERROR" + pad, 4), (pad, 0), ("xpid=" + pad, 1), ("xpid=" + pad, 2), (pad + "Traceback", 5)]
+    for text, begin in cases:
+        assert index.any_from(text, begin) == index.any_in(text[begin:]) == any(
+            w in text[begin:] for w in index.words), (text[:12], begin)
+
+
+def test_an_index_that_joins_the_shared_pass_late_is_answered_right(monkeypatch):
+    """Indexes join the one pass over a long text on their first question; a text scanned before one joined
+    is searched by that index itself, and a union past UNION_MAX words starts afresh: the answers never change."""
+    from diagnoser import keywords
+
+    pytest.importorskip("hyperscan")
+    monkeypatch.setattr(keywords, "_UNION", keywords._Union())
+    monkeypatch.setattr(keywords, "UNION_MAX", 6)
+    a, b, c = _index(["alpha", "beta"]), _index(["gamma"]), _index(["delta", "epsilon", "zeta", "eta"])
+    pad = "x" * keywords.SMALL_BLOCK
+    for n in range(3):
+        text = f"{pad} ALPHA gamma {n}"
+        assert (a.present_in(text), b.any_in(text), c.any_in(text), b.any_in(text.upper())) == (
+            ["alpha"], True, False, False)
+        assert (c.present_in(text + " Eta"), a.any_in(text + " beta")) == (["eta"], True)
+    assert keywords._UNION._db is not None and len(keywords._UNION._words) <= 6
