@@ -38,6 +38,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from rapidfuzz.distance import OSA
 
@@ -238,15 +239,8 @@ class Redactor:
         for hints, pattern, handler in self._rules:
             if not any(h in present for h in hints):
                 continue
-            if pattern is KEYED and text.isascii():  # then positions in text.lower() are positions in text
-                starts = _keyed_starts(lowered(text), [h for h in hints if h in present])
-                text = _sub_at(pattern, handler, text, starts)
-            elif pattern is ENTROPY and text.isascii():  # a match starts at its word (or `api` of `apikey`)
-                low_now = lowered(text)
-                starts = sorted({p for h in hints for i in _finds(low_now, h) for p in (i, i - 3) if p >= 0})
-                text = _sub_at(pattern, handler, text, starts)
-            else:
-                text = pattern.sub(handler, text)
+            starts = _match_starts(pattern, [h for h in hints if h in present], text)
+            text = pattern.sub(handler, text) if starts is None else _sub_at(pattern, handler, text, starts)
         if text.endswith("»") or any(h in text[-60:].lower() for h in _PARTIAL_HINTS):
             text = self._carry_from(text)
         return text
@@ -422,6 +416,14 @@ _HINTS = KeywordIndex([[h] for h in sorted(_MAYBE | {h for hints in (
     ("://",), ("cookie",), ("authoriz",), _FLAG_HINTS, _KEYED_HINTS, ("api-key",), ("bearer",),
     *(hints for _kind, hints, _p in ISSUED_TOKENS), ("token", "secret", "key", "passw")) for h in hints})])
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789+.-")
+#: patterns whose every match starts at one of its hints (or this many characters before it: `proxy-`,
+#: `set-`, `x-`; `api` of `apikey`), in a text where _same_positions holds
+_HINT_STARTS: dict[Any, tuple[int, ...]] = {
+    AUTH_HEADER: (0, len("proxy-")), COOKIE: (0, len("set-")), HEADER_KEY: (0, len("x-")), BEARER: (0,),
+    ENTROPY: (0, len("api")), **{pattern: (0,) for _kind, _hints, pattern in ISSUED_TOKENS}}
+#: patterns that start at the scheme before a `://`
+_SCHEME_PATTERNS = (URL_PASSWORD, URL_USER)
 
 
 def _finds(low: str, word: str) -> Iterator[int]:
@@ -431,24 +433,76 @@ def _finds(low: str, word: str) -> Iterator[int]:
         i = low.find(word, i + 1)
 
 
-def _keyed_starts(low: str, hints: list[str]) -> list[int]:
-    """Where a KEYED match can start in an ASCII text: at the run of key characters holding a hint (a key is
-    made of them, and the look-behind refuses a start inside one), or at the quote just before that run."""
+#: the non-ASCII characters that re's IGNORECASE takes for an ASCII letter or digit, or that lower-case to ASCII
+#: (dotted and dotless i, long s, the Kelvin sign: tests/test_redaction.py derives them)
+_ASCII_FOLDS = ("\u0130", "\u0131", "\u017f", "\u212a")
+
+
+def _same_positions(text: str, low: str) -> bool:
+    """Whether an ASCII word found in `low` (text.lower()) is where KEYED or ENTROPY would match it in `text`: an
+    ASCII text, or one that lower-cases character for character with none of _ASCII_FOLDS (a JSON blob with
+    accents, a text that already holds a «marker»)."""
+    return text.isascii() or (len(low) == len(text) and not any(c in text for c in _ASCII_FOLDS))
+
+
+def _match_starts(pattern: Any, hints: list[str], text: str) -> list[int] | None:
+    """Every place in a long text where a match of `pattern` can start, found from where its `hints` are in the
+    lower-cased copy (sorted), or None: anywhere (FLAG takes any flag once a hint is somewhere, URL_QUERY starts
+    at any `&`; the regex scans the whole text)."""
+    back = _HINT_STARTS.get(pattern)
+    if back is None and pattern is not KEYED and pattern not in _SCHEME_PATTERNS:
+        return None
+    low = lowered(text)
+    if not _same_positions(text, low):
+        return None
+    if pattern is KEYED:
+        return _keyed_starts(low, hints)
+    if back is None:
+        return _scheme_starts(text, low)
+    return sorted({p for h in hints for i in _finds(low, h) for p in (i - b for b in back) if p >= 0})
+
+
+def _scheme_starts(text: str, low: str) -> list[int]:
+    """Where `\\b[a-z][a-z0-9+.-]*://` can start: at a word start (re's `\\b`: no word character before) in the
+    run of scheme characters before a `://`."""
     starts: set[int] = set()
-    for h in hints:
-        i = low.find(h)
-        while i != -1:
-            j = i
-            while j > 0 and low[j - 1] in _KEY_CHARS:
-                j -= 1
-            starts.add(j)
-            if j > 0 and low[j - 1] in "'\"":
-                starts.add(j - 1)
-                while j > 1 and low[j - 2] == "\\":  # JSON inside JSON: \"api_key\"
-                    j -= 1
-                    starts.add(j - 1)
-            i = low.find(h, i + 1)
+    for i in _finds(low, "://"):
+        j = i
+        while j > 0 and low[j - 1] in _SCHEME_CHARS:
+            j -= 1
+        starts.update(p for p in range(j, i) if low[p].isalpha() and not (
+            p and (text[p - 1].isalnum() or text[p - 1] == "_")))
     return sorted(starts)
+
+
+def _keyed_starts(low: str, hints: list[str]) -> list[int]:
+    """Where a KEYED match can start in a text (where _same_positions holds): at the run of key characters holding
+    a hint (a key is made of them, and the look-behind refuses a start inside one), or at the quote just before
+    that run (and the backslashes before it: JSON inside JSON, `\\"api_key\\"`)."""
+    starts: set[int] = set()
+    for j in _run_starts(low, sorted({i for h in hints for i in _finds(low, h)}), _KEY_CHARS):
+        starts.add(j)
+        if j > 0 and low[j - 1] in "'\"":
+            starts.add(j - 1)
+            while j > 1 and low[j - 2] == "\\":
+                j -= 1
+                starts.add(j - 1)
+    return sorted(starts)
+
+
+def _run_starts(low: str, positions: list[int], chars: frozenset[str]) -> set[int]:
+    """The start of the run of `chars` that ends at each of `positions` (sorted): each character is looked at
+    once, however many hints one long run holds (walking back from each was quadratic in a run of `key_key_...`)."""
+    found: set[int] = set()
+    prev, prev_start = -1, -1
+    for i in positions:
+        j = i
+        while j > prev and j > 0 and low[j - 1] in chars:
+            j -= 1
+        start = prev_start if j == prev and prev >= 0 else j
+        found.add(start)
+        prev, prev_start = i, start
+    return found
 
 
 def _sub_at(pattern: re.Pattern[str], handler: Callable[[re.Match[str]], str], text: str,

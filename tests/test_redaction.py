@@ -298,3 +298,43 @@ def test_redaction_happens_before_matching_and_in_follow_lines():
     out = "".join(renderer(fmt)([report], {"color": False, "step_summary": None}) for fmt in FORMATS)
     assert "FoLlOwLiNe" not in out
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", out)
+
+
+EXTRA_LONG = [  # what the long path finds from its hints: cookies, proxy and x- headers, schemes, JSON-in-JSON
+    "Set-Cookie: session=abc123DEF456; Path=/", "Proxy-Authorization: Basic dXNlcjpwYXNz", "X-API-KEY: k-123-456",
+    'body="{\\"api_key\\": \\"sk-abcdefghijklmnopqrstu12345\\"}"', "x.postgres://u:pw-9@db/x", "apikey=q8Zr2LmX9vTb4NcW7kPd",
+    "token is Zq3xT9vB2mN8kL4pR7sW1yH6", "apikeys: Zq3xT9vB2mN8kL4pR7sW1yH6", "key_key_key_key=value-1", "git+https://ABCDEFGHIJKLMNOPQRSTUV@host/x",
+]
+
+
+@pytest.mark.parametrize("accent", ["", "é ü «»", "\u212a ap\u0131_key=v-3 \u017fecret: v-4", "\u0130"])
+def test_a_long_text_is_redacted_as_a_short_one_is(accent, monkeypatch):
+    """A long text (a piece of an enormous line) runs most patterns only where its hints are: the same text and
+    counts come out as from the short path, which runs every pattern over all of it; ASCII or not, with the
+    characters re folds to ASCII letters (then the patterns scan it all) or a marker already in it."""
+    import random
+
+    from diagnoser import redact
+
+    lines = [line for line, _s, _k in POSITIVE] + NEGATIVE + EXTRA_LONG
+    rng = random.Random(len(accent))
+    text = " ".join(f"{rng.choice(lines)} {accent} {'x' * rng.randint(0, 300)}" for _ in range(400))
+    assert len(text) >= redact.LONG_TEXT * 4
+    long = Redactor()
+    got = long(text)
+    monkeypatch.setattr(redact, "LONG_TEXT", 10**9)
+    short = Redactor()
+    assert got == short(text) and long.counts == short.counts and long.total > 200
+
+
+def test_the_characters_re_folds_to_ascii_are_all_known():
+    """redact._ASCII_FOLDS: every non-ASCII character that re's IGNORECASE matches to an ASCII letter, digit or
+    `_`, or that lower-cases to something holding ASCII (a text holding one is scanned whole, not at its hints)."""
+    import sys
+
+    from diagnoser import redact
+
+    word = re.compile(r"(?i)[a-z0-9_]").match
+    found = {c for c in map(chr, range(0x80, sys.maxunicode + 1))
+             if word(c) or any(ch.isascii() for ch in c.lower())}
+    assert found == set(redact._ASCII_FOLDS)
