@@ -200,8 +200,9 @@ def split_flattened(text: str) -> list[str]:
 
 def _cut(text: str, restart: re.Pattern[str]) -> list[str]:
     parts, start = [], 0
-    for m in restart.finditer(text, 1):
-        cut = m.start()
+    points = _restart_points(text) if restart is RESTART and len(text) >= LONG_RAW else (
+        m.start() for m in restart.finditer(text, 1))
+    for cut in points:
         if cut <= start:
             continue
         part = text[start:cut].strip()
@@ -211,6 +212,23 @@ def _cut(text: str, restart: re.Pattern[str]) -> list[str]:
         start = cut
     parts.append(text[start:].strip())
     return [p for p in parts if p]
+
+
+#: what every RESTART point is at or right before: a "(" (a process tag) or a level (a vLLM or uvicorn header)
+_RESTART_NEAR = re.compile(r"\(|" + LEVELS)
+
+
+def _restart_points(text: str) -> list[int]:
+    """`[m.start() for m in RESTART.finditer(text, 1)]`, tried only at and right before each "(" and level word:
+    RESTART's look-arounds, tried at every character, crawl over a megabyte piece at 6 MB/s."""
+    points: list[int] = []
+    match, last = RESTART.match, 0
+    for m in _RESTART_NEAR.finditer(text, 1):
+        for at in (m.start() - 1, m.start()):
+            if at > last and match(text, at):
+                points.append(at)
+                last = at
+    return points
 
 
 def parse_line(number: int, text: str, follow: bool = False) -> Line:

@@ -93,3 +93,26 @@ def test_an_index_that_joins_the_shared_pass_late_is_answered_right(monkeypatch)
             ["alpha"], True, False, False)
         assert (c.present_in(text + " Eta"), a.any_in(text + " beta")) == (["eta"], True)
     assert keywords._UNION._db is not None and len(keywords._UNION._words) <= 6
+
+
+def test_a_long_flattened_text_restarts_where_the_restart_regex_does():
+    """A long text's restart points are tried only at and before each "(" and level word: the same points as
+    RESTART tried at every character, on fixture logs flattened onto one line and on odd spacing."""
+    import random
+    from pathlib import Path
+
+    from diagnoser import reader
+
+    fixtures = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*.log"))
+    rng = random.Random(3)
+    words = ["(", ")", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL", "DEBUG", "pid=7", "05-01",
+             "10:00:00", " ", "\u00a0", "\t", "x", "(Worker pid=12)", "(EngineCore_0 pid=3, ip=1.2.3.4)",
+             "INFO:     10.0.0.1:5000", "ERROR 05-01 10:00:00 [a.py:1]", ")INFO 05-01 10:00:00 x"]
+    texts = [" ".join(p.read_text(encoding="utf-8", errors="replace").splitlines()) for p in fixtures[:40]]
+    texts += ["".join(rng.choice(words) for _ in range(3000)) for _ in range(5)]
+    total = 0
+    for text in texts:
+        want = [m.start() for m in reader.RESTART.finditer(text, 1)]
+        assert reader._restart_points(text) == want
+        total += len(want)
+    assert total > 1000
