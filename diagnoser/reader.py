@@ -34,17 +34,19 @@ FOLLOW = 3               #: lines kept after a keyword line, for wrapped message
 WRAP_MAX = 12            #: more lines kept while they are pieces of one hard-wrapped message (equal widths)
 WRAP_MIN_WIDTH = 40      #: a terminal or chat window wraps at this many columns or more
 
-ANSI = re.compile(
+#: an ESC lost in transit ('[1;36m' left, no word character or bracket before the "["), led by its literal "[" so
+#: that re skips to each "[" in C rather than trying the look-behind at every character
+_LOST_ESC = r"\[(?<![\w\]\[]\[)[0-9]{1,3}(?:;[0-9]{1,3})*m"
+ANSI = re.compile(  # every alternative led by a literal: re skips to the next ESC, "^" or "[" in C
     r"\x1b\[[0-?]*[ -/]*[@-~]"            # CSI: colours, cursor moves
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
     r"|\x1b[@-Z\\-_]"                       # two-byte escapes
     r"|\^\[\[[0-?]*[ -/]*[@-~]"             # caret form left by copy-paste
-    r"|(?<![\w\]\[])\[[0-9]{1,3}(?:;[0-9]{1,3})*m"  # ESC lost in transit, '[1;36m' left
+    "|" + _LOST_ESC
 )
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-#: ANSI's last alternative (the ESC lost in transit), led by its literal "[" so that re skips to each "[" in C:
 #: all that ANSI can match in a text without ESC and without the caret form
-LOST_ESC = re.compile(r"\[(?<![\w\]\[]\[)[0-9]{1,3}(?:;[0-9]{1,3})*m")
+LOST_ESC = re.compile(_LOST_ESC)
 #: CONTROL's characters as bytes (the same in UTF-8): a long raw line without any needs no CONTROL pass
 _CONTROL_BYTES = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])
 _CONTROL_SEARCH = BlockPattern(re.compile(CONTROL.pattern.encode()), 1)

@@ -116,3 +116,20 @@ def test_a_long_flattened_text_restarts_where_the_restart_regex_does():
         assert reader._restart_points(text) == want
         total += len(want)
     assert total > 1000
+
+
+def test_ansi_led_by_literals_strips_what_the_look_behind_form_strips():
+    """reader.ANSI's lost-ESC alternative starts with its literal "[" (re then skips between candidates in C):
+    it removes exactly what the form led by the look-behind removes."""
+    import random
+    import re
+
+    from diagnoser import reader
+
+    reference = re.compile(reader.ANSI.pattern.replace(r"|\[(?<![\w\]\[]\[)", r"|(?<![\w\]\[])\["))
+    assert reference.pattern != reader.ANSI.pattern
+    rng = random.Random(5)
+    atoms = ["[1m", "[", "]", "a", "\x1b", "^[[", "31", "m", ";", "0", " ", "_", "é", "\x1b]0;t\x07", "[[1;36m"]
+    texts = ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 400))) for _ in range(300)]
+    assert [reader.ANSI.sub("", t) for t in texts] == [reference.sub("", t) for t in texts]
+    assert sum(len(reference.findall(t)) for t in texts) > 1000
