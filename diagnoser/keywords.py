@@ -190,7 +190,7 @@ class KeywordIndex:
 
 #: words the union holds at most (a scan of logs with many rule packs); past it, it starts afresh
 UNION_MAX = 8192
-_UNION_HELD = 3
+_UNION_HELD = 2  #: the piece being read and the one before (the matcher matches a piece when the next arrives)
 
 
 class _Union:
