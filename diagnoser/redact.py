@@ -63,9 +63,11 @@ KEYED = re.compile(
     r"(?<![\w$-])(?P<kq>\\*['\"]?)(?P<key>" + _KEY_CORE + r")(?P=kq)(?P<sep>\s*[:=]\s*)"
     r"(?P<val>\[[^\]]*\]|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\\+\"[^\"\\]*\\+\"|[^\s,;)}\]'\"\\]+)"
 )
-#: `--api-key VALUE`, `--api-key=VALUE`, `--hf-token 'VALUE'`; any flag name: secret_flag() decides.
+#: `--api-key VALUE`, `--api-key=VALUE`, `--hf-token 'VALUE'`; any flag name: secret_flag() decides. Led by its
+#: literal "-" (no word character or "-" before it, tested after), so that re skips to each "-" in C instead of
+#: trying the look-behind at every character (a megabyte piece in 1 ms instead of 70).
 FLAG = lazy(
-    r"(?<![\w-])--?(?P<key>[A-Za-z][\w-]{1,40})(?:=|\s+)"
+    r"-(?<![\w-]-)-?(?P<key>[A-Za-z][\w-]{1,40})(?:=|\s+)"
     r"(?P<val>'[^']*'|\"[^\"]*\"|[^\s'\"]+)"
 )
 #: The words secret flags are made of, and the spellings that are exact (never a typo of something else).

@@ -338,3 +338,20 @@ def test_the_characters_re_folds_to_ascii_are_all_known():
     found = {c for c in map(chr, range(0x80, sys.maxunicode + 1))
              if word(c) or any(ch.isascii() for ch in c.lower())}
     assert found == set(redact._ASCII_FOLDS)
+
+
+def test_flag_led_by_its_dash_matches_what_the_look_behind_form_matches():
+    """redact.FLAG starts with its literal "-" and tests the character before it after (re skips between
+    dashes in C): the same flags, keys and values as the form led by the look-behind."""
+    import random
+
+    from diagnoser import redact
+
+    reference = re.compile(redact.FLAG.pattern.replace(r"-(?<![\w-]-)-?", r"(?<![\w-])--?", 1))
+    assert reference.pattern != redact.FLAG.pattern
+    rng = random.Random(9)
+    atoms = ["-", "--", "api-key", "x", " ", "=", "'v 1'", "é", "_", "hf-token", "\t", "a-b", "9", '"q"']
+    texts = ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 200))) for _ in range(400)]
+    spans = [[m.span("key") + m.span("val") + m.span() for m in p.finditer(t)] for p in (redact.FLAG, reference)
+             for t in texts]
+    assert spans[:len(texts)] == spans[len(texts):] and sum(map(len, spans)) > 400
