@@ -3,6 +3,7 @@
 
     python bench/dense.py                       # 20 MB each of: V0 preemption storm, V0 / V1 stats lines only, one line
     python bench/dense.py --size-mb 100 --kind long-line
+    python bench/dense.py --size-mb 20 --kind long-json --kind long-flat    # other enormous lines
     python bench/dense.py --size-mb 100 --kind stats --before ../main   # also another checkout's code, same run
     python bench/dense.py --log bench/out/LOG --before ../main --after . --repeat 3   # a kept throughput.py log
 
@@ -24,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from synthlog import DENSE, write_dense
+from synthlog import DENSE, LONG, write_dense
 from throughput import LAUNCHER, MAXRSS_UNIT, MB, OUT, doctor_command, prefilter_keywords, run_measured
 
 
@@ -43,7 +44,8 @@ def run_cpu(cmd: list[str], out: Path, env: dict | None = None, cwd: Path | None
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=float, default=20)
-    ap.add_argument("--kind", choices=DENSE, action="append", help="repeatable; default all")
+    ap.add_argument("--kind", choices=DENSE + LONG, action="append",
+                    help=f"repeatable; default all of {', '.join(DENSE)} ({', '.join(LONG)}: other enormous lines)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--log", type=Path, action="append",

@@ -424,6 +424,35 @@ def write_log(path: Path, size_mb: float, seed: int, failure: str, mix: str = "r
 
 
 DENSE = ("preemption", "stats", "stats-v1", "long-line")
+#: other enormous lines, only when asked for (`--kind`): a JSON blob (accents, secrets now and then) and a log
+#: flattened onto one line (stats, access, preemption records and a failure)
+LONG = ("long-json", "long-flat")
+
+
+def _long_record(kind: str, rng: random.Random, i: int) -> str:
+    """One item of an enormous line of `kind` (LONG)."""
+    ts = f"05-01 {10 + i // 360000 % 14:02d}:{i // 6000 % 60:02d}:{i // 100 % 60:02d}"
+    r = rng.random()
+    if kind == "long-json":
+        if r < 0.001:
+            return f'"api_key": "sk-{rng.getrandbits(128):032x}", "hf_token": "hf_{rng.getrandbits(140):035x}"'
+        if r < 0.002:
+            return (f'"url": "postgres://app:pw{rng.getrandbits(40):x}@db:5432/x", '
+                    f'"note": "Bearer {rng.getrandbits(90):x}"')
+        return f'"k{i}": "{_words(rng, rng.randint(2, 12))} é {rng.random():.6f}", "n{i}": {rng.randint(0, 99999)}'
+    if r < 0.0005:
+        return (f"{CORE}ERROR {ts} [core.py:123] EngineCore failed to start. Traceback (most recent call last): "
+                'File "/x/core.py", line 12, in run torch.OutOfMemoryError: CUDA out of memory. Tried to allocate '
+                "2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.2 GiB is free.")
+    if r < 0.3:
+        return (f"{API}INFO {ts} [loggers.py:123] Engine 000: Avg prompt throughput: {rng.random() * 1000:.1f} "
+                f"tokens/s, Avg generation throughput: {rng.random() * 300:.1f} tokens/s, Running: "
+                f"{rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 5)} reqs, GPU KV cache usage: "
+                f"{rng.random() * 90:.1f}%, Prefix cache hit rate: {rng.random() * 60:.1f}%")
+    if r < 0.31:
+        return (f"WARNING {ts} [scheduler.py:1] Sequence group {i} is preempted by PreemptionMode.RECOMPUTE mode "
+                "because there is not enough KV cache space.")
+    return f'{API}INFO:     10.0.{i % 256}.{i % 199}:{40000 + i % 9999} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
 
 
 def write_dense(path: Path, kind: str, size_mb: float, seed: int = 1) -> dict:
@@ -436,6 +465,16 @@ def write_dense(path: Path, kind: str, size_mb: float, seed: int = 1) -> dict:
             piece = "x" * 100 + " some words error here "
             out.write(piece * (target // len(piece)) + "\n")
             return {"kind": kind, "bytes": (target // len(piece)) * len(piece) + 1, "lines": 1}
+        if kind in LONG:
+            out.write("{" if kind == "long-json" else "")
+            sep = ", " if kind == "long-json" else " "
+            while written < target:
+                text = _long_record(kind, rng, lines) + sep
+                out.write(text)
+                written += len(text.encode())
+                lines += 1
+            out.write("}\n" if kind == "long-json" else "\n")
+            return {"kind": kind, "bytes": written + 2, "lines": 1}
         if kind == "preemption":
             out.write("INFO 05-01 10:00:00 llm_engine.py:70] Initializing an LLM engine (v0.6.3) with config: "
                       "model='org/model'\n")
