@@ -27,11 +27,11 @@ SMALL_BLOCK = 1 << 16
 #: the last long texts lower-cased and their copies: the redactor, the tracker and the matcher each need one
 #: piece of an enormous line lower-cased, and ask in turn (the matcher one piece behind)
 _LOWERED: list[tuple[str, str]] = []
-_LOWERED_HELD = 3
+_LOWERED_HELD = 2  #: a piece and the one before (a redacted or stripped copy takes its source's place)
 
 
 def lowered(text: str) -> str:
-    """`text.lower()`, a long text's (LONG_TEXT or more) computed once while it is among the last three asked.
+    """`text.lower()`, a long text's (LONG_TEXT or more) computed once while it is among the last two held.
 
     >>> lowered("GPU KV Cache")
     'gpu kv cache'
@@ -47,20 +47,31 @@ def lowered(text: str) -> str:
 
 
 def lowered_part(whole: str, part: str, start: int) -> None:
-    """Note that `part` is `whole[start:start + len(part)]`: when `whole`'s lower-cased copy is held and `whole` is
-    ASCII (lower() keeps every position), `part`'s is a slice of it (the reader's prefix stripping and rstrip)."""
-    if len(part) < LONG_TEXT:
+    """Note that `part` is `whole[start:start + len(part)]`: when `whole`'s lower-cased copy is held and lower()
+    kept every position (ASCII, or as long as `whole` without a capital sigma, the one character lower-cased by its
+    neighbours), `part`'s is a slice of it (the reader's prefix stripping and rstrip)."""
+    if len(part) < LONG_TEXT or part is whole:
         return
     for held, low in _LOWERED:
         if held is whole:
-            if whole.isascii():
-                _remember(part, low[start:start + len(part)])
+            if whole.isascii() or (len(low) == len(whole) and "\u03a3" not in whole):
+                _remember(part, low[start:start + len(part)], whole)
             return
 
 
-def _remember(text: str, low: str) -> None:
+def remember_lowered(text: str, low: str, instead_of: str | None = None) -> None:
+    """Hold `low` as `text`'s lower-cased copy for lowered() (a caller that made it without lower(): the redactor
+    keeps a piece's copy in step with its substitutions), in place of `instead_of`'s (the text it came from)."""
+    if len(text) >= LONG_TEXT:
+        _remember(text, low, instead_of)
+
+
+def _remember(text: str, low: str, instead_of: str | None = None) -> None:
+    """Hold a long text's lower-cased copy among the last _LOWERED_HELD; one derived from another text (a redacted
+    piece, a piece without its prefix) takes that text's place, which nobody asks about again."""
     global _LOWERED
-    _LOWERED = [*_LOWERED[1 - _LOWERED_HELD:], (text, low)]  # a new list: another thread may be reading it
+    held = [(t, lw) for t, lw in _LOWERED if t is not instead_of] if instead_of is not None else _LOWERED
+    _LOWERED = [*held[1 - _LOWERED_HELD:], (text, low)]  # a new list: another thread may be reading it
 
 
 class KeywordIndex:

@@ -42,7 +42,7 @@ from typing import Any
 
 from rapidfuzz.distance import OSA
 
-from .keywords import LONG_TEXT, KeywordIndex, lowered
+from .keywords import LONG_TEXT, KeywordIndex, lowered, remember_lowered
 from .lazyregex import lazy
 
 MARK = "«redacted:{kind}»"
@@ -238,11 +238,25 @@ class Redactor:
             return text
         if not present & _MAYBE:
             return text
+        # text.lower(), kept in step with the text through the substitutions (a megabyte is not lower-cased
+        # again after each pattern that replaced something; None: lower-cased when next needed)
+        low: str | None = None
+        original = text
         for hints, pattern, handler in self._rules:
             if not any(h in present for h in hints):
                 continue
-            starts = _match_starts(pattern, [h for h in hints if h in present], text)
-            text = pattern.sub(handler, text) if starts is None else _sub_at(pattern, handler, text, starts)
+            if pattern in _HINT_STARTS or pattern is KEYED or pattern in _SCHEME_PATTERNS:
+                low = lowered(text) if low is None else low
+                starts = _match_starts(pattern, [h for h in hints if h in present], text, low)
+            else:
+                starts = None
+            if starts is None:
+                new = pattern.sub(handler, text)  # the same object when nothing was replaced
+                text, low = new, (low if new is text else None)
+            else:
+                text, low = _sub_at(pattern, handler, text, starts, low)
+        if text is not original and low is not None:
+            remember_lowered(text, low, original)  # the tracker and the matcher ask for it next
         if text.endswith("»") or any(h in text[-60:].lower() for h in _PARTIAL_HINTS):
             text = self._carry_from(text)
         return text
@@ -447,16 +461,13 @@ def _same_positions(text: str, low: str) -> bool:
     return text.isascii() or (len(low) == len(text) and not any(c in text for c in _ASCII_FOLDS))
 
 
-def _match_starts(pattern: Any, hints: list[str], text: str) -> list[int] | None:
-    """Every place in a long text where a match of `pattern` can start, found from where its `hints` are in the
-    lower-cased copy (sorted), or None: anywhere (FLAG takes any flag once a hint is somewhere, URL_QUERY starts
-    at any `&`; the regex scans the whole text)."""
-    back = _HINT_STARTS.get(pattern)
-    if back is None and pattern is not KEYED and pattern not in _SCHEME_PATTERNS:
-        return None
-    low = lowered(text)
+def _match_starts(pattern: Any, hints: list[str], text: str, low: str) -> list[int] | None:
+    """Every place in a long text where a match of `pattern` (one of _HINT_STARTS, KEYED, _SCHEME_PATTERNS) can
+    start, found from where its `hints` are in `low` (text.lower()), sorted; None: anywhere (the text does not
+    lower-case character for character: the regex scans it all)."""
     if not _same_positions(text, low):
         return None
+    back = _HINT_STARTS.get(pattern)
     if pattern is KEYED:
         return _keyed_starts(low, hints)
     if back is None:
@@ -508,10 +519,13 @@ def _run_starts(low: str, positions: list[int], chars: frozenset[str]) -> set[in
 
 
 def _sub_at(pattern: re.Pattern[str], handler: Callable[[re.Match[str]], str], text: str,
-            starts: list[int]) -> str:
+            starts: list[int], low: str) -> tuple[str, str | None]:
     """pattern.sub(handler, text) when every match starts at one of `starts` (sorted): the same leftmost,
-    non-overlapping matches, tried only there."""
+    non-overlapping matches, tried only there. Also the new text's lower-cased copy, made from `low`
+    (text.lower(), character for character where _same_positions holds) and the lower-cased replacements;
+    None when the text holds a capital sigma (lower-cased by its neighbours)."""
     out: list[str] = []
+    lows: list[str] | None = None if "\u03a3" in text else []
     pos = 0
     for s in starts:
         if s < pos:
@@ -519,13 +533,20 @@ def _sub_at(pattern: re.Pattern[str], handler: Callable[[re.Match[str]], str], t
         m = pattern.match(text, s)
         if m is None or m.end() == m.start():
             continue
+        new = handler(m)
         out.append(text[pos:m.start()])
-        out.append(handler(m))
+        out.append(new)
+        if lows is not None:
+            lows.append(low[pos:m.start()])
+            lows.append(new.lower())
         pos = m.end()
     if not out:
-        return text
+        return text, low
     out.append(text[pos:])
-    return "".join(out)
+    if lows is None:
+        return "".join(out), None
+    lows.append(low[pos:])
+    return "".join(out), "".join(lows)
 
 
 def maybe_secret(low: str) -> bool:
