@@ -315,6 +315,7 @@ def test_a_long_text_is_redacted_as_a_short_one_is(accent, monkeypatch):
     import random
 
     from diagnoser import redact
+    from diagnoser.keywords import lowered
 
     lines = [line for line, _s, _k in POSITIVE] + NEGATIVE + EXTRA_LONG
     rng = random.Random(len(accent))
@@ -322,6 +323,7 @@ def test_a_long_text_is_redacted_as_a_short_one_is(accent, monkeypatch):
     assert len(text) >= redact.LONG_TEXT * 4
     long = Redactor()
     got = long(text)
+    assert lowered(got) == got.lower()  # the copy kept in step with the substitutions, held for the matcher
     monkeypatch.setattr(redact, "LONG_TEXT", 10**9)
     short = Redactor()
     assert got == short(text) and long.counts == short.counts and long.total > 200
