@@ -27,9 +27,10 @@ strings need the prefixes their issuers use.
 
 Speed: the reader calls this on every line its prefilter keeps. A line pays one `lower()` and a handful of
 substring tests; only lines that hold a hint run the patterns whose hint they hold. A long text (a 1 MB piece
-of an enormous line) finds all its hints in one pass (keywords.KeywordIndex), and the keyed pattern, whose
-every match starts at the word holding a hint, is tried only there (`_sub_at`): the same matches, found at
-tens of MB/s instead of 3.
+of an enormous line) finds all its hints in one pass (keywords.KeywordIndex.present_in, with no lower-cased copy
+of an ASCII piece), and every pattern whose matches start at (or just before) the word holding a hint is tried
+only there (`_match_starts`, `_sub_at`): the same matches, found at tens of MB/s instead of 1-3, in any piece
+that lower-cases character for character; the lower-cased copy follows the substitutions.
 """
 
 from __future__ import annotations
