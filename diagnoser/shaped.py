@@ -141,9 +141,10 @@ def _fast_equals(raw: bytes, number: int, slow: list[Line]) -> bool:
     m = PLAIN.fullmatch(raw)
     if m is None or len(slow) != 1 or len(raw) >= LONG_TEXT:
         return False
-    if maybe_secret(_fast_line(number, raw, m).raw.lower()):  # the redactor would look (hints hold no digit: one answer a shape)
+    fast = _fast_line(number, raw, m)
+    if maybe_secret(fast.raw.lower()):  # the redactor would look (hints hold no digit: one answer a shape)
         return False
-    return _fast_line(number, raw, m) == slow[0]
+    return fast == slow[0]
 
 
 class ShapeCache:
