@@ -15,6 +15,7 @@ import itertools
 import math
 import re
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
@@ -347,7 +348,7 @@ class Matcher:
         self.hits.extend(hits)
         return hits
 
-    def series_keep(self, kind: str, facts: dict[str, Any]) -> bool:
+    def series_keep(self, kind: str, facts: Mapping[str, Any]) -> bool:
         """Whether a rule's `series: KIND` entry may report a window with these facts of its own (the series
         asks as each window closes, and holds only those): True when an entry's `when` is true, or reads
         what only the end of the log tells (the serving time, the context, the window's listing)."""
@@ -363,7 +364,7 @@ class Matcher:
                 return True
         return False
 
-    def _window_truth(self, source: str, facts: dict[str, Any]) -> bool:
+    def _window_truth(self, source: str, facts: Mapping[str, Any]) -> bool:
         """A window-local `when` on a window's facts, remembered by the values of the names it reads (a long
         series repeats a few: `points >= 3 and running >= 8` sees small counts)."""
         # (the type too: 3 and 3.0 are equal keys, and an expression may tell them apart)
@@ -371,9 +372,9 @@ class Matcher:
         try:
             found = self._window_verdicts.get(key)
         except TypeError:  # a value that is a dict or a list: evaluated each time
-            return self.ev.truth(source, template_names(facts, {}))
+            return self.ev.truth(source, template_names(dict(facts), {}))
         if found is None:
-            found = remember(self._window_verdicts, key, self.ev.truth(source, template_names(facts, {})))
+            found = remember(self._window_verdicts, key, self.ev.truth(source, template_names(dict(facts), {})))
         return found
 
     @property
