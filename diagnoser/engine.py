@@ -112,7 +112,8 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     stats = ReadStats()
     tracker = Tracker()
     matcher = Matcher(rules, tracker.context)
-    series = Series(keep=matcher.series_keep)  # windows no rule can report are counted, not held
+    # windows no rule can report are counted, not held; those it reports, past the first few, without text
+    series = Series(keep=matcher.series_keep, evidence=matcher.series_evidence)
     seen = 0
     sniffer = _Sniffer(stream)
     for line in read_lines(sniffer, prefilter_for(rules), redactor, stats,  # type: ignore[arg-type]

@@ -352,17 +352,37 @@ class Matcher:
         """Whether a rule's `series: KIND` entry may report a window with these facts of its own (the series
         asks as each window closes, and holds only those): True when an entry's `when` is true, or reads
         what only the end of the log tells (the serving time, the context, the window's listing)."""
-        if self._series_entries is None:
-            self._series_entries = {}
-            for rule, pattern, _ in self.entries:
-                if pattern.series is not None:
-                    self._series_entries.setdefault(pattern.series, []).append((rule, pattern))
-        for rule, pattern in self._series_entries.get(kind, ()):
+        for rule, pattern in self._series_of(kind):
             if not pattern.when or rule.when or not _window_local(pattern.when):
                 return True
             if self._window_truth(pattern.when, facts):
                 return True
         return False
+
+    def _series_of(self, kind: str) -> list[tuple[Rule, Pattern]]:
+        """The rules' `series: KIND` entries."""
+        if self._series_entries is None:
+            self._series_entries = {}
+            for rule, pattern, _ in self.entries:
+                if pattern.series is not None:
+                    self._series_entries.setdefault(pattern.series, []).append((rule, pattern))
+        return self._series_entries.get(kind, [])
+
+    def series_evidence(self, kind: str) -> int | None:
+        """After how many distinct evidence lines a track's windows of KIND no longer show theirs: MAX_EVIDENCE
+        when one aggregate rule reads KIND and series_keep tells exactly which windows it reports (a `when`
+        of the window's own facts, no rule `when`); else None (every window's lines may show).
+
+        That rule's Fold and _Firsts hold whole only hits that add a distinct evidence line before MAX_EVIDENCE,
+        in line order: a later window of the same track (its windows come in line order) is never one.
+        """
+        entries = self._series_of(kind)
+        if len(entries) != 1:
+            return None
+        rule, pattern = entries[0]
+        if not rule.aggregate or rule.when or (pattern.when and not _window_local(pattern.when)):
+            return None
+        return MAX_EVIDENCE
 
     def _window_truth(self, source: str, facts: Mapping[str, Any]) -> bool:
         """A window-local `when` on a window's facts, remembered by the values of the names it reads (a long

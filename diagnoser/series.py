@@ -480,11 +480,14 @@ class Windows(list):  # type: ignore[type-arg]
     window's own facts) is counted, and kept (without its lines) only if it is among the first MAX_WINDOWS
     that the JSON lists: a stats-only log of any length holds a bounded number of windows."""
 
-    def __init__(self, kind: str, keep: WindowFilter | None) -> None:
+    def __init__(self, kind: str, keep: WindowFilter | None, evidence: int | None = None) -> None:
         super().__init__()
         self.kind, self.keep = kind, keep
         self.total = 0
         self.seconds = array("d")  #: every window's length in order (saturated_seconds sums them)
+        #: distinct evidence lines after which a reported window's lines no longer show (Matcher.series_evidence)
+        self.evidence = evidence
+        self._shown: set[str] = set()  #: the distinct evidence lines of the reported windows so far, up to that
 
     def append(self, w: Window) -> None:  # type: ignore[override]
         w.index = self.total
@@ -495,6 +498,16 @@ class Windows(list):  # type: ignore[type-arg]
             if w.index >= MAX_WINDOWS:
                 return
             w.dropped, w.first_line, w.peak_line = True, None, None
+        elif self.evidence is not None and w.first_line is not None:
+            if len(self._shown) >= self.evidence:
+                # its hit is folded, never shown: its place (line number, time, rank) is all it needs to keep,
+                # so a long log's reported windows hold no text
+                first = w.first_line
+                w.first_line = Line(number=first.number, text="", raw="", rank=first.rank,
+                                    timestamp=first.timestamp)
+                w.peak_line = None
+            else:
+                self._shown.update(ln.text.strip() for ln in (w.first_line, w.peak_line) if ln is not None)
         super().append(w)
 
 
@@ -558,11 +571,13 @@ _PEAKS = ("kv_pct", "waiting", "running")  #: a track's figures kept at their ma
 class Track:
     """One engine's series: its downsampled points, its detectors and its totals."""
 
-    def __init__(self, engine: str, keep: WindowFilter | None = None) -> None:
+    def __init__(self, engine: str, keep: WindowFilter | None = None,
+                 evidence: Callable[[str], int | None] | None = None) -> None:
         self.engine = engine
         self.buckets = Buckets()
-        self.windows: dict[str, Windows] = {k: Windows(k, keep) for k in
-                                            ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
+        self.windows: dict[str, Windows] = {
+            k: Windows(k, keep, evidence(k) if evidence is not None else None)
+            for k in ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
         self.sat = _Saturation(self.windows["saturation"])
         self.queue = _QueueGrowth(self.windows["queue-growth"])
         self.collapse = _Collapse(self.windows["throughput-collapse"])
@@ -635,9 +650,11 @@ _OBSERVED = KeywordIndex([w] for w in ("throughput", "KV cache usage", "RUNNING:
 class Series:
     """The serving phase of one input, fed line by line (and raw blocks, for access lines)."""
 
-    def __init__(self, keep: WindowFilter | None = None) -> None:
+    def __init__(self, keep: WindowFilter | None = None, evidence: Callable[[str], int | None] | None = None
+                 ) -> None:
         self.clock = Clock()
         self.keep = keep  #: which closed windows a rule may report (the others are counted, not held)
+        self.evidence = evidence  #: see Windows.evidence
         self.tracks: dict[str, Track] = {}
         self.metrics = MetricsReader()
         self._pending_http: deque[tuple[int, int, dict[str, int]]] = deque()  # (stats line no., requests, codes)
@@ -820,7 +837,7 @@ class Series:
     def _add(self, p: Point) -> None:
         track = self.tracks.get(p.engine)
         if track is None:
-            track = self.tracks[p.engine] = Track(p.engine, self.keep)
+            track = self.tracks[p.engine] = Track(p.engine, self.keep, self.evidence)
         track.add(p)
 
     # -- results -------------------------------------------------------------------------------------
