@@ -329,12 +329,13 @@ class _QueueGrowth:
 
     def __init__(self, out: list[Window]) -> None:
         self.out, self.open = out, None
-        self.gen: list[float] = []
+        self.gen = [0, 0]  #: the open window's generation tokens/s: sum (left to right, as sum() adds), count
         self.peak_t = 0.0
         self.first_waiting = 0.0
 
     def feed(self, p: Point, step: float) -> None:
-        waiting = p.get("waiting")
+        get = p.values.get  # Point.get without the call: a point's values are never None
+        waiting = get("waiting", 0.0)
         w = self.open
         if w is not None and (waiting == 0 or waiting < 0.5 * w.max_waiting):
             self._close(recovered=waiting == 0)
@@ -343,12 +344,14 @@ class _QueueGrowth:
             return
         if w is None:
             w = self.open = Window("queue-growth", p.engine, p.t, p.t, step, p.line)
-            self.gen, self.first_waiting = [], waiting
+            self.gen, self.first_waiting = [0, 0], waiting
         if waiting >= w.max_waiting:
             self.peak_t = p.t
         w.add(p, waiting, step)
-        self.gen.append(p.get("gen_tps"))
-        w.extra["_finished"] = w.extra.get("_finished", 0.0) + p.get("finished")
+        gen = self.gen  # a running sum, not every point's value: a queue open for days holds no list
+        gen[0] += get("gen_tps", 0.0)
+        gen[1] += 1
+        w.extra["_finished"] = w.extra.get("_finished", 0.0) + get("finished", 0.0)
 
     def _close(self, recovered: bool) -> None:
         w = self.open
@@ -357,9 +360,10 @@ class _QueueGrowth:
             return
         w.end = self.peak_t  # the window is the growth: start of the queue to its peak
         minutes = max(w.seconds / 60.0, 1e-9)
+        total, n = self.gen
         w.extra.update({
             "growth_per_min": round((w.max_waiting - self.first_waiting) / minutes, 2),
-            "sustained_gen_tps": round(sum(self.gen) / len(self.gen), 1) if self.gen else 0.0,
+            "sustained_gen_tps": round(total / n, 1) if n else 0.0,
             "recovered": recovered,
         })
         self.out.append(w)
@@ -536,6 +540,12 @@ class LocalFacts(Mapping[str, Any]):
         if name not in _LABELS:  # a word of the expression that is no fact (`and`, a constant's name)
             raise KeyError(name)
         return self._facts()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Mapping.get without its KeyError for each word of an expression that is no fact."""
+        if name in _LOCAL_FACTS or name in _LABELS or (not name.startswith("_") and name in self.w.extra):
+            return self[name]
+        return default
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._facts())
