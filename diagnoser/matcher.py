@@ -219,15 +219,17 @@ class Fold:
                     line.number == self._last_time_line and line.timestamp >= (self._last_time or "")):
                 self._last_time, self._last_time_line = line.timestamp, line.number
         merged = self._by_rank.setdefault(line.rank if line.rank is not None else -1, {})
+        aggregate, values = hit.rule.aggregate, self._values
         for k, v in hit.facts.items():
-            merged.setdefault(k, v)
-            if hit.rule.aggregate.get(k) == "list":
+            if k not in merged:
+                merged[k] = v
+            if aggregate.get(k) == "list":
                 kept = self._lists.setdefault(k, [])
                 if v is not None and len(kept) < MAX_LISTED:
                     kept.append(v)
-            acc = self._values.get(k)
+            acc = values.get(k)
             if acc is None:
-                self._values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v, {str(v)}]
+                values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v, {str(v)}]
                 continue
             acc[0] += 1
             if len(acc[6]) < DISTINCT_MAX:  # bounded: constant memory on a log of a million hits
@@ -237,7 +239,8 @@ class Fold:
                 acc[1], acc[2] = max(acc[1], v), min(acc[2], v)
             except TypeError:
                 acc[1] = acc[2] = None
-            acc[3] = acc[3] + v if acc[3] is not None and _summable(v) else None
+            if acc[3] is not None:
+                acc[3] = acc[3] + v if _summable(v) else None
         if not hit.pattern.generic and not self._specific:
             self._specific = keep = True
         if len(self._seen) < self.max_evidence:
@@ -544,20 +547,20 @@ class Matcher:
     def _extract_shaped(self, rule: Rule, text: str, shaped: dict[int, Any]) -> dict[str, Any]:
         """_extract on a line alone, each shape-safe extractor's spans found once per shape."""
         facts: dict[str, Any] = {}
-        spans = shaped.get(id(rule.extractors))
-        if spans is not None:  # every extractor is shape-safe: where each one's groups are, in order
-            for found in spans:
-                groups = _at_spans(text, found)
-                for name, value in self._typed(rule, groups).items():
+        plan = shaped.get(id(rule.extractors))
+        if plan is not None:  # every extractor is shape-safe: where each one's groups are, in order
+            for name, a, b, known in plan:
+                value = known if known is not _VARIES else type_fact(rule.facts.get(name), text[a:b])
+                if value is not None and value != "":  # as _typed keeps them
                     facts.setdefault(name, value)
             return facts
         if rule.extractors and all(_safe(ex.pattern) for ex in rule.extractors):
-            spans = []
+            plan = []
             for ex in rule.extractors:
                 m = self._extract_match(ex, text)
                 if m is not None:
-                    spans.append({k: m.span(k) for k in m.groupdict()})
-            shaped[id(rule.extractors)] = spans
+                    plan.extend((name, *m.span(name), _known(rule, name, m.group(name))) for name in m.groupdict())
+            shaped[id(rule.extractors)] = plan
             return self._extract_shaped(rule, text, shaped)
         for ex in rule.extractors:
             if _safe(ex.pattern):
@@ -665,6 +668,20 @@ def _groups(shaped: dict[int, Any], pattern: Any, text: str, search: Any) -> dic
     if spans is None:
         return None
     return _at_spans(text, spans)
+
+
+_VARIES = object()
+
+
+def _known(rule: Rule, name: str, raw: str | None) -> Any:
+    """A group's typed fact when it is the same on every line of the shape (the group took no part, or its
+    text holds no digit and types to an immutable value), else _VARIES: typed on each line."""
+    if raw is None:
+        return None
+    if not digit_free(raw):
+        return _VARIES
+    value = type_fact(rule.facts.get(name), raw)
+    return value if value is None or isinstance(value, (str, int, float)) else _VARIES
 
 
 def _at_spans(text: str, spans: dict[str, tuple[int, int]]) -> dict[str, str | None]:
