@@ -856,6 +856,8 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         if dense is not None:
             yield from dense
             return
+    from .shaped import physical_lines
+
     if blank is not None:
         blank = _memo(blank)  # a follow line's test is asked again when it is emitted
         starts = [s for s in starts if not blank(block, s)]
@@ -904,4 +906,4 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         emitted_upto = off
         st.decoded_lines += 1
         physical = first_number + line_map[number - first_number] if line_map else number
-        yield from _physical_to_lines(physical + 1, raw, redact, best[off])
+        yield from physical_lines(physical + 1, raw, redact, best[off])  # a line's shape decides once

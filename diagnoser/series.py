@@ -400,7 +400,8 @@ class _Collapse:
             ref_gen, ref_load = self.ref
             low = ref_gen >= 50 and gen < 0.5 * ref_gen and load >= 0.75 * ref_load
         if not low:
-            self._close()
+            if self.open is not None:
+                self._close()
             if load > 0:
                 self.gens.append(gen)
                 self.loads.append(load)

@@ -22,7 +22,7 @@ asked (a block with ` HTTP/` goes the general way). So:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .keywords import lowered
@@ -86,30 +86,33 @@ def dense_lines(block: bytes, first_number: int, starts: list[int], lines: int, 
 
 
 def _lines(block: bytes, number: int, redact: Callable[[str], str] | None, st: ReadStats) -> Iterator[Line]:
-    verdicts = _verdicts
-    plain = PLAIN.fullmatch
-    redactor = redact if isinstance(redact, Redactor) else None
     pos, find = 0, block.find
     while True:
         end = find(b"\n", pos)
         if end == -1:
             break
         number += 1
-        raw = block[pos:end]
-        pos = end + 1
         st.decoded_lines += 1
-        key = raw.translate(ZEROS)
-        good = verdicts.get(key)
-        if good and (redact is None or (redactor is not None and redactor._carry is None)):
-            m = plain(raw)
-            if m is not None:  # always, for a good shape; a guard all the same
-                yield _fast_line(number, raw, m)
-                continue
-        fresh = redact is None or (redactor is not None and redactor._carry is None)
-        slow = list(_physical_to_lines(number, raw, redact, False))
-        if good is None and fresh:
-            remember(verdicts, key, _fast_equals(raw, number, slow))
-        yield from slow
+        yield from physical_lines(number, block[pos:end], redact, False)
+        pos = end + 1
+
+
+def physical_lines(number: int, raw: bytes, redact: Callable[[str], str] | None, follow: bool
+                   ) -> Iterable[Line]:
+    """reader._physical_to_lines of one line, built straight from its header match when its shape was found
+    good (the first line of each shape goes the slow way and says whether the fast Line is the same; see
+    the module's docstring). A follow line, or one after a redactor's carry, goes the slow way."""
+    fresh = not follow and (redact is None or (isinstance(redact, Redactor) and redact._carry is None))
+    key = raw.translate(ZEROS)
+    good = _verdicts.get(key)
+    if good and fresh:
+        m = PLAIN.fullmatch(raw)
+        if m is not None:  # always, for a good shape; a guard all the same
+            return (_fast_line(number, raw, m),)
+    slow = list(_physical_to_lines(number, raw, redact, follow))
+    if good is None and fresh:
+        remember(_verdicts, key, _fast_equals(raw, number, slow))
+    return slow
 
 
 def _fast_line(number: int, raw: bytes, m: re.Match[bytes]) -> Line:
