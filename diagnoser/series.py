@@ -755,8 +755,12 @@ class Series:
 
     def _stats(self, line: Line) -> None:
         text = line.text
-        fields, engine_span = _STAT_PLANS(text)
-        values = {name: float(text[a:b]) for name, a, b in fields}
+        names, spans, engine_span = _STAT_PLANS(text)
+        try:  # one C-level pass: slices, floats, the dict
+            values = dict(zip(names, map(float, map(text.__getitem__, spans)), strict=True))
+        except ValueError:  # a malformed number ('1.2.3' fits [\d.]+): that field only is not read
+            values = {name: v for name, span in zip(names, spans, strict=True)
+                      if (v := _number(text[span])) is not None}
         if "kv_pct" not in values and "running" not in values:
             if "prefix_hit_pct" in values and self.tracks:  # V0's companion line: the interval just logged
                 track = next(iter(self.tracks.values()))
@@ -782,8 +786,8 @@ class Series:
         self._add(Point(t, engine, values, line))
 
     @staticmethod
-    def _stat_plan(text: str) -> tuple[list[tuple[str, int, int]], str | tuple[int, int]]:
-        """Where a stats line's values are: (field, start, end) in the order they are read, and the engine
+    def _stat_plan(text: str) -> tuple[tuple[str, ...], tuple[slice, ...], str | tuple[int, int]]:
+        """Where a stats line's values are: the fields in the order they are read, their slices, and the engine
         ("0", "all", or where its number is). Positions only (digit classes), so one plan serves a shape."""
         fields = []
         for name, rx in STAT_FIELDS.items():
@@ -797,7 +801,7 @@ class Series:
                 fields.append(("cpu_kv_pct", kv[1].start(2), kv[1].end(2)))
         m = ENGINE.search(text)
         engine: str | tuple[int, int] = (m.start(1), m.end(1)) if m and m.group(1) else ("all" if m else "0")
-        return fields, engine
+        return tuple(f[0] for f in fields), tuple(slice(a, b) for _, a, b in fields), engine
 
     def _take_http(self, number: int, values: dict[str, float]) -> None:
         if not self._http_seen:
@@ -960,6 +964,14 @@ class Series:
 _STAT_PLANS = ShapePlans(Series._stat_plan)
 #: where a V0 preemption warning's cumulative count is: None (no warning), (-1, -1) (no count), or its span
 _V0_PLANS = ShapePlans(lambda text: (m.span(1) if (m := V0_PREEMPTED.search(text)) else None))
+
+
+def _number(text: str) -> float | None:
+    """float(text), None when it is no number."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _gauges(vals: dict[str, float], prev: dict[str, float] | None, dt: float | None,

@@ -12,6 +12,7 @@ engine `with config:` line and the memory lines; rules read it for advice and th
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
 from dataclasses import field, fields
 from functools import cached_property, lru_cache
@@ -431,8 +432,9 @@ class Tracker:
         ctx.last_stats_text = text[:300]
         got = _STATS_PLANS(text)
         if got["kv_pct"]:
-            pct = float(text[slice(*got["kv_pct"])])
-            ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
+            with contextlib.suppress(ValueError):  # '1.2.3' fits [\d.]+ and is no number
+                pct = float(text[slice(*got["kv_pct"])])
+                ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
         if got["running"]:
             ctx.max_running_reqs = max(int(text[slice(*got["running"])]), ctx.max_running_reqs or 0)
         if got["waiting"]:

@@ -230,3 +230,15 @@ def test_collapse_reference_is_the_median_of_the_six_intervals_before():
     (window,) = report.series.tracks["0"].windows["throughput-collapse"]
     assert (window.points, window.extra["baseline_gen_tps"], window.extra["collapsed_gen_tps"]) == (3, 100.0, 45.0)
     assert window.first_line.number == 7
+
+
+def test_a_malformed_number_in_a_stats_line_is_not_read():
+    """'1.2.3' fits the stats fields' [\\d.]+ and is no number: that field alone is missing (it crashed the run)."""
+    good = V1.format(s=1, a="10.0", b="20.0", r=3, w=0, k="40.0")
+    bad = V1.format(s=0, a="1.2.3", b="20.0", r=2, w=0, k="5.5.5")
+    report = diagnose_text(bad + "\n" + good + "\n")
+    track = report.series.tracks["0"]
+    assert track.points == 2 and track.peak == {"kv_pct": 40.0, "waiting": 0.0, "running": 3.0}
+    first = track.buckets.items[0]["f"]
+    assert "prompt_tps" not in first and "kv_pct" not in first and first["running"][0] == 2.0
+    assert report.context.peak_kv_usage_pct == 40.0 and report.context.stats_lines == 2
