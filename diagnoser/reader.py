@@ -492,15 +492,15 @@ def _hard_wrapped(block: bytes) -> bool:
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
                stats: ReadStats | None = None,
-               on_block: Callable[[int, bytes, list[tuple[int, int]] | None, LineIndex | None, list[int] | None],
-                                  None] | None = None) -> Iterator[Line]:
+               on_block: Callable[..., None] | None = None) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
     the FOLLOW lines after each. `on_block(first_line_number, block, gaps, index, line_map)` sees each block of
     whole raw lines before its lines are yielded (what is counted rather than read: access lines); `gaps` (None:
     all of it) are the ranges outside request-logger lines, `index` (or None) counts its newlines, `line_map`
-    (or None), when a shipper's records were decoded, gives the physical line of each of the block's lines.
+    (or None), when a shipper's records were decoded, gives the physical line of each of the block's lines;
+    a sixth argument, when given, is where the block's keyword lines start (prefilter.hit_lines).
 
     One loop on purpose (about 80 lines): it is the hot path, and its three block paths (fast search, paste
     start, no prefilter) share the carried partial line, the line count and the follow window, which helpers
@@ -544,11 +544,11 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
                 gaps = _gaps(decoded, user_spans(decoded))
                 # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
                 index = LineIndex(decoded) if decoded is block else None
+                starts = prefilter.hit_lines(decoded, gaps)
                 if on_block is not None:
-                    on_block(number, decoded, gaps, index, shape_map)
+                    on_block(number, decoded, gaps, index, shape_map, starts)
                 yield from _block_lines(decoded, number, prefilter, redact, pending_follow, st, shape_map,
-                                        blank=is_user_content, starts=prefilter.hit_lines(decoded, gaps),
-                                        index=index)
+                                        blank=is_user_content, starts=starts, index=index)
                 pending_follow = _follow_after(decoded, prefilter, is_user_content)
                 number += block.count(b"\n") if index is None else index.at(len(block))
                 continue
