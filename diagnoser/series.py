@@ -704,25 +704,33 @@ class Series:
                 self._v0_total = max(total, self._v0_total)
 
     def access_block(self, first_number: int, block: bytes, gaps: list[tuple[int, int]] | None = None,
-                     index: Any = None, line_map: list[int] | None = None) -> None:
+                     index: Any = None, line_map: list[int] | None = None, starts: list[int] | None = None,
+                     found: dict[Any, list[re.Match[bytes]]] | None = None) -> None:
         """Count access lines and their failed statuses in a raw block, split at its stats lines (an access
         line has no clock: it belongs to the interval that the next stats line closes). `gaps`: the ranges
         outside request-logger lines (None: the whole block); a prompt that quotes an access line is no request.
         `index`: the reader's newline counts of the block (reader.LineIndex), else they are counted here.
         `line_map`: the physical line of each of the block's lines (a shipper's record may hold several, an
-        OTLP export).
+        OTLP export). `starts`: where the block's keyword lines start (the reader's hits), stats lines among
+        them; else the block is searched for them. `found`: the reader's search of the gaps for BLOCK_ERROR
+        among others (Prefilter.scan), else the block is searched for it here.
         """
         ranges = [(0, len(block))] if gaps is None else gaps
         if all(block.find(b" HTTP/", a, b) == -1 for a, b in ranges):
             return
         self._http_seen = True
-        cuts = []  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
-        i = block.find(STATS_MARK)
-        while i != -1:
-            cuts.append(block.rfind(b"\n", 0, i) + 1)
-            nl = block.find(b"\n", i)
-            i = block.find(STATS_MARK, nl) if nl != -1 else -1
-        errors = [m for a, b in ranges for m in BLOCK_ERROR.finditer(block, a, b)]
+        find = block.find
+        if starts is not None:  # a stats line holds a keyword: among the hits, without a pass over the block
+            cuts = [s for s in starts if find(STATS_MARK, s, find(b"\n", s)) != -1]
+        else:  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
+            cuts = []
+            i = find(STATS_MARK)
+            while i != -1:
+                cuts.append(block.rfind(b"\n", 0, i) + 1)
+                nl = find(b"\n", i)
+                i = find(STATS_MARK, nl) if nl != -1 else -1
+        errors = (found[BLOCK_ERROR] if found is not None and BLOCK_ERROR in found
+                  else [m for a, b in ranges for m in BLOCK_ERROR.finditer(block, a, b)])
         pos, k, r, e = 0, 0, 0, 0  # k: the block's lines before `pos`
         for start in [*cuts, len(block)]:
             n = 0
