@@ -15,8 +15,8 @@ from .matcher import Hit, Matcher
 from .reader import Prefilter, ReadStats, read_lines
 from .redact import Redactor
 from .rules import Rule, builtin_rules
+from .series import BLOCK_ERROR, Series
 from .series import KEYWORDS as SERIES_KEYWORDS
-from .series import Series
 from .tracker import Context, Tracker, landmark_keywords
 
 
@@ -94,7 +94,7 @@ def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
     if cached is not None and cached[0] is rules:
         return cached[1]
     words = [k for r in rules for p in r.patterns for k in p.keywords]
-    prefilter = Prefilter([*words, *landmark_keywords(), *SERIES_KEYWORDS])
+    prefilter = Prefilter([*words, *landmark_keywords(), *SERIES_KEYWORDS], extras=(BLOCK_ERROR,))
     if len(_PREFILTERS) >= 16:
         _PREFILTERS.clear()
     _PREFILTERS[id(rules)] = (rules, prefilter)  # the reference keeps the id from being reused
@@ -112,7 +112,8 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     stats = ReadStats()
     tracker = Tracker()
     matcher = Matcher(rules, tracker.context)
-    series = Series(keep=matcher.series_keep)  # windows no rule can report are counted, not held
+    # windows no rule can report are counted, not held; those it reports, past the first few, without text
+    series = Series(keep=matcher.series_keep, evidence=matcher.series_evidence)
     seen = 0
     sniffer = _Sniffer(stream)
     for line in read_lines(sniffer, prefilter_for(rules), redactor, stats,  # type: ignore[arg-type]

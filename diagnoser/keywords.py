@@ -281,9 +281,10 @@ def scan_any(db: Any, data: bytes) -> bool:
 
 
 def literal_database(name: str, words: Sequence[bytes], caseless: bool | Sequence[bool] = False,
-                     single_match: bool = False) -> Any:
+                     single_match: bool = False, patterns: Sequence[bytes] = ()) -> Any:
     """`words` as a hyperscan block-mode database of literals (id = index), or None without the `fast` extra.
-    `caseless`: for every word, or one flag a word.
+    `caseless`: for every word, or one flag a word. `patterns`: regexes (case-sensitive) searched in the same
+    pass, ids following the words'.
 
     Compiling one takes 100-150 ms for the prefilter's ~300 keywords, more than a whole small diagnosis, so
     the compiled form is kept in the user's cache (datafiles), keyed by the words, the flags and hyperscan's
@@ -305,7 +306,7 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool | Sequenc
     else:
         flags = [(hyperscan.HS_FLAG_CASELESS if c else 0) | single for c in caseless]
         head = f"hyperscan {hyperscan.__version__} {' '.join(map(str, flags))}"
-    key = datafiles.content_key([head.encode(), *words])
+    key = datafiles.content_key([f"{head} {len(patterns)}".encode(), *words, *patterns])
     stored = datafiles.read_blob(name, key)
     if stored is not None:
         try:
@@ -317,8 +318,9 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool | Sequenc
             pass
     try:
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        db.compile(expressions=[b"".join(b"\\x%02x" % c for c in w) for w in words],
-                   ids=list(range(len(words))), elements=len(words), flags=flags)
+        expressions = [*(b"".join(b"\\x%02x" % c for c in w) for w in words), *patterns]
+        db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions),
+                   flags=flags + [0] * len(patterns))
     except Exception:  # noqa: BLE001 - a broken or too-old build: the pure-Python search is always there
         return None
     with contextlib.suppress(Exception):  # a database that cannot be serialized is simply not cached
@@ -330,7 +332,7 @@ def _finds_every_word(db: Any, words: Sequence[bytes]) -> bool:
     """The database reports each word's id on a text holding every word (what a stale or foreign copy fails)."""
     found: set[int] = set()
     db.scan(b"\n".join(words), match_event_handler=lambda i, _s, _e, _f, _c: found.add(i))
-    return found == set(range(len(words)))
+    return {i for i in found if i < len(words)} == set(range(len(words)))  # (a pattern may match the probe too)
 
 
 _HS_DBS: dict[tuple[str, ...], Any] = {}
@@ -395,11 +397,17 @@ class BlockPattern:
             return
         ends: list[int] = []
         db.scan(block if start == 0 and end == len(block) else block[start:end],
-                match_event_handler=lambda _i, _s, e, _f, _c: ends.append(e))
+                match_event_handler=lambda _i, _s, e, _f, _c: ends.append(e + start))
+        yield from self.at_ends(block, ends, start, end)
+
+    def at_ends(self, block: bytes, ends: list[int], start: int = 0, end: int | None = None
+                ) -> Iterator[re.Match[bytes]]:
+        """The matches in block[start:end] given where hyperscan saw them end (this pattern's ids of a shared
+        scan, the Prefilter's): the regex reads each from at most `reach` bytes before its end."""
+        end = len(block) if end is None else end
         pos = start
         search = self.pattern.search
         for e in sorted(set(ends)):
-            e += start
             if e <= pos:
                 continue
             m = search(block, max(pos, e - self.reach), min(end, e + 1))

@@ -15,6 +15,7 @@ import itertools
 import math
 import re
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
@@ -218,15 +219,17 @@ class Fold:
                     line.number == self._last_time_line and line.timestamp >= (self._last_time or "")):
                 self._last_time, self._last_time_line = line.timestamp, line.number
         merged = self._by_rank.setdefault(line.rank if line.rank is not None else -1, {})
+        aggregate, values = hit.rule.aggregate, self._values
         for k, v in hit.facts.items():
-            merged.setdefault(k, v)
-            if hit.rule.aggregate.get(k) == "list":
+            if k not in merged:
+                merged[k] = v
+            if aggregate.get(k) == "list":
                 kept = self._lists.setdefault(k, [])
                 if v is not None and len(kept) < MAX_LISTED:
                     kept.append(v)
-            acc = self._values.get(k)
+            acc = values.get(k)
             if acc is None:
-                self._values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v, {str(v)}]
+                values[k] = [1, v, v, 0 + v if _summable(v) else None, v, v, {str(v)}]
                 continue
             acc[0] += 1
             if len(acc[6]) < DISTINCT_MAX:  # bounded: constant memory on a log of a million hits
@@ -236,7 +239,8 @@ class Fold:
                 acc[1], acc[2] = max(acc[1], v), min(acc[2], v)
             except TypeError:
                 acc[1] = acc[2] = None
-            acc[3] = acc[3] + v if acc[3] is not None and _summable(v) else None
+            if acc[3] is not None:
+                acc[3] = acc[3] + v if _summable(v) else None
         if not hit.pattern.generic and not self._specific:
             self._specific = keep = True
         if len(self._seen) < self.max_evidence:
@@ -347,23 +351,43 @@ class Matcher:
         self.hits.extend(hits)
         return hits
 
-    def series_keep(self, kind: str, facts: dict[str, Any]) -> bool:
+    def series_keep(self, kind: str, facts: Mapping[str, Any]) -> bool:
         """Whether a rule's `series: KIND` entry may report a window with these facts of its own (the series
         asks as each window closes, and holds only those): True when an entry's `when` is true, or reads
         what only the end of the log tells (the serving time, the context, the window's listing)."""
-        if self._series_entries is None:
-            self._series_entries = {}
-            for rule, pattern, _ in self.entries:
-                if pattern.series is not None:
-                    self._series_entries.setdefault(pattern.series, []).append((rule, pattern))
-        for rule, pattern in self._series_entries.get(kind, ()):
+        for rule, pattern in self._series_of(kind):
             if not pattern.when or rule.when or not _window_local(pattern.when):
                 return True
             if self._window_truth(pattern.when, facts):
                 return True
         return False
 
-    def _window_truth(self, source: str, facts: dict[str, Any]) -> bool:
+    def _series_of(self, kind: str) -> list[tuple[Rule, Pattern]]:
+        """The rules' `series: KIND` entries."""
+        if self._series_entries is None:
+            self._series_entries = {}
+            for rule, pattern, _ in self.entries:
+                if pattern.series is not None:
+                    self._series_entries.setdefault(pattern.series, []).append((rule, pattern))
+        return self._series_entries.get(kind, [])
+
+    def series_evidence(self, kind: str) -> int | None:
+        """After how many distinct evidence lines a track's windows of KIND no longer show theirs: MAX_EVIDENCE
+        when one aggregate rule reads KIND and series_keep tells exactly which windows it reports (a `when`
+        of the window's own facts, no rule `when`); else None (every window's lines may show).
+
+        That rule's Fold and _Firsts hold whole only hits that add a distinct evidence line before MAX_EVIDENCE,
+        in line order: a later window of the same track (its windows come in line order) is never one.
+        """
+        entries = self._series_of(kind)
+        if len(entries) != 1:
+            return None
+        rule, pattern = entries[0]
+        if not rule.aggregate or rule.when or (pattern.when and not _window_local(pattern.when)):
+            return None
+        return MAX_EVIDENCE
+
+    def _window_truth(self, source: str, facts: Mapping[str, Any]) -> bool:
         """A window-local `when` on a window's facts, remembered by the values of the names it reads (a long
         series repeats a few: `points >= 3 and running >= 8` sees small counts)."""
         # (the type too: 3 and 3.0 are equal keys, and an expression may tell them apart)
@@ -371,9 +395,9 @@ class Matcher:
         try:
             found = self._window_verdicts.get(key)
         except TypeError:  # a value that is a dict or a list: evaluated each time
-            return self.ev.truth(source, template_names(facts, {}))
+            return self.ev.truth(source, template_names(dict(facts), {}))
         if found is None:
-            found = remember(self._window_verdicts, key, self.ev.truth(source, template_names(facts, {})))
+            found = remember(self._window_verdicts, key, self.ev.truth(source, template_names(dict(facts), {})))
         return found
 
     @property
@@ -523,20 +547,20 @@ class Matcher:
     def _extract_shaped(self, rule: Rule, text: str, shaped: dict[int, Any]) -> dict[str, Any]:
         """_extract on a line alone, each shape-safe extractor's spans found once per shape."""
         facts: dict[str, Any] = {}
-        spans = shaped.get(id(rule.extractors))
-        if spans is not None:  # every extractor is shape-safe: where each one's groups are, in order
-            for found in spans:
-                groups = _at_spans(text, found)
-                for name, value in self._typed(rule, groups).items():
+        plan = shaped.get(id(rule.extractors))
+        if plan is not None:  # every extractor is shape-safe: where each one's groups are, in order
+            for name, a, b, known in plan:
+                value = known if known is not _VARIES else type_fact(rule.facts.get(name), text[a:b])
+                if value is not None and value != "":  # as _typed keeps them
                     facts.setdefault(name, value)
             return facts
         if rule.extractors and all(_safe(ex.pattern) for ex in rule.extractors):
-            spans = []
+            plan = []
             for ex in rule.extractors:
                 m = self._extract_match(ex, text)
                 if m is not None:
-                    spans.append({k: m.span(k) for k in m.groupdict()})
-            shaped[id(rule.extractors)] = spans
+                    plan.extend((name, *m.span(name), _known(rule, name, m.group(name))) for name in m.groupdict())
+            shaped[id(rule.extractors)] = plan
             return self._extract_shaped(rule, text, shaped)
         for ex in rule.extractors:
             if _safe(ex.pattern):
@@ -644,6 +668,20 @@ def _groups(shaped: dict[int, Any], pattern: Any, text: str, search: Any) -> dic
     if spans is None:
         return None
     return _at_spans(text, spans)
+
+
+_VARIES = object()
+
+
+def _known(rule: Rule, name: str, raw: str | None) -> Any:
+    """A group's typed fact when it is the same on every line of the shape (the group took no part, or its
+    text holds no digit and types to an immutable value), else _VARIES: typed on each line."""
+    if raw is None:
+        return None
+    if not digit_free(raw):
+        return _VARIES
+    value = type_fact(rule.facts.get(name), raw)
+    return value if value is None or isinstance(value, (str, int, float)) else _VARIES
 
 
 def _at_spans(text: str, spans: dict[str, tuple[int, int]]) -> dict[str, str | None]:

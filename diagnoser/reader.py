@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 from .fastdataclass import dataclass
 from .keywords import BlockPattern, KeywordIndex, literal_database, lowered_part, trie_pattern
-from .shapes import Decoder
+from .shapes import PRETTY, Decoder
 
 BLOCK = 1 << 20          #: bytes read at a time
 MAX_LINE = 1 << 20       #: a longer line is handled in pieces of this size (same line number)
@@ -345,8 +345,10 @@ class Prefilter:
     #: what loading a cached hyperscan database takes, and far less than compiling the regex (~50 ms).
     SMALL_INPUT = 1 << 15
 
-    def __init__(self, keywords: Iterable[str]) -> None:
+    def __init__(self, keywords: Iterable[str], extras: Iterable[BlockPattern] = ()) -> None:
         words = {k.lower().encode() for k in keywords if k and k.strip()}
+        #: rare patterns (case-sensitive) whose matches `scan` finds in the same pass as the keywords
+        self.extras = (PRETTY, *extras)
         # a keyword that contains another is redundant: the shorter one finds the line already
         self.keywords = _irreducible(words)
         self._regex: re.Pattern[bytes] | None = None
@@ -373,7 +375,8 @@ class Prefilter:
     def _hyperscan(self) -> Any:
         if not self._hs_tried:
             self._hs_tried = True
-            self._hs = literal_database("hs-prefilter", self.keywords, caseless=True)
+            self._hs = literal_database("hs-prefilter", self.keywords, caseless=True,
+                                        patterns=[p.pattern.pattern for p in self.extras])
         return self._hs
 
     def holds(self, line: bytes) -> bool:
@@ -413,6 +416,24 @@ class Prefilter:
                     break
         return starts
 
+    def scan(self, block: bytes, gaps: list[tuple[int, int]] | None = None
+             ) -> tuple[list[int], dict[BlockPattern, list[re.Match[bytes]]]]:
+        """hit_lines, and the matches of each of `extras` in the same ranges: with hyperscan, all in one pass."""
+        if self._searched + len(block) <= self.SMALL_INPUT or self._hyperscan() is None:
+            ranges = [(0, len(block))] if gaps is None else gaps
+            return self.hit_lines(block, gaps), {p: [m for a, b in ranges for m in p.finditer(block, a, b)]
+                                                 for p in self.extras}
+        self._searched += len(block)
+        ends: dict[int, list[int]] = {}
+        starts = self._hit_lines_hs(block, gaps, ends)
+        ranges = [(0, len(block))] if gaps is None else gaps
+        found: dict[BlockPattern, list[re.Match[bytes]]] = {}
+        for i, p in enumerate(self.extras):
+            mine = ends.get(len(self.keywords) + i, [])
+            # a range's matches are read within it (each range was scanned alone: none straddles two)
+            found[p] = [m for a, b in ranges for m in p.at_ends(block, [e for e in mine if a < e <= b], a, b)]
+        return starts, found
+
     def _hit_lines_small(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
         starts: set[int] = set()
         for a, b in [(0, len(block))] if gaps is None else gaps:
@@ -428,15 +449,25 @@ class Prefilter:
                     i = find(word, end)
         return sorted(starts)
 
-    def _hit_lines_hs(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
+    def _hit_lines_hs(self, block: bytes, gaps: list[tuple[int, int]] | None = None,
+                      extra_ends: dict[int, list[int]] | None = None) -> list[int]:
+        """`extra_ends` (when given) gets the ends of the extras' matches, by id."""
         ends: list[int] = []
+        keywords = len(self.keywords)
+        extra = {} if extra_ends is None else extra_ends
+
+        def seen(i: int, _start: int, end: int, _flags: int, a: int) -> None:
+            if i < keywords:
+                ends.append(a + end)
+            else:
+                extra.setdefault(i, []).append(a + end)
+
         if gaps is None:
-            self._hs.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
+            self._hs.scan(block, match_event_handler=seen, context=0)
         else:
             scan = self._hs.scan
             for a, b in gaps:
-                scan(block[a:b], match_event_handler=lambda _id, _start, end, _flags, a: ends.append(a + end),
-                     context=a)
+                scan(block[a:b], match_event_handler=seen, context=a)
         ends.sort()
         rfind, find = block.rfind, block.find
         starts: list[int] = []
@@ -513,15 +544,16 @@ def _hard_wrapped(block: bytes) -> bool:
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
                stats: ReadStats | None = None,
-               on_block: Callable[[int, bytes, list[tuple[int, int]] | None, LineIndex | None, list[int] | None],
-                                  None] | None = None) -> Iterator[Line]:
+               on_block: Callable[..., None] | None = None) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
     the FOLLOW lines after each. `on_block(first_line_number, block, gaps, index, line_map)` sees each block of
     whole raw lines before its lines are yielded (what is counted rather than read: access lines); `gaps` (None:
     all of it) are the ranges outside request-logger lines, `index` (or None) counts its newlines, `line_map`
-    (or None), when a shipper's records were decoded, gives the physical line of each of the block's lines.
+    (or None), when a shipper's records were decoded, gives the physical line of each of the block's lines;
+    two more arguments, when given, are where the block's keyword lines start (prefilter.hit_lines) and, when
+    not None, the matches of the prefilter's extras in the gaps (Prefilter.scan).
 
     One loop on purpose (about 80 lines): it is the hot path, and its three block paths (fast search, paste
     start, no prefilter) share the carried partial line, the line count and the follow window, which helpers
@@ -555,21 +587,27 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
         if prefilter is not None:
-            decoded, shape_map = shapes.decode_block(block)
+            # past the paste-sized start, a block of plain lines (most of a big log) is searched once for the
+            # keywords and the rare patterns the decoder and the series look for (hyperscan: one pass, not three)
+            scanned = _scan_plain(block, prefilter, shapes) if st.bytes > PASTE_MAX else None
+            decoded, shape_map = (block, None) if scanned is not None else shapes.decode_block(block)
             # past the paste-sized start, or when the start is not a hard-wrapped paste: the same lines, found
             # without a pass over each line of the block (request-logger and access lines are skipped where
             # the search lands, not blanked beforehand; request-logger lines, most of the bytes when request
             # logging is on, are not even searched). Without hyperscan, access lines are blanked all the same:
             # one C-level test per line is far cheaper than the keyword regex crawling over them.
             if (st.bytes > PASTE_MAX or not _hard_wrapped(decoded)) and not prefilter.plain(len(decoded)):
-                gaps = _gaps(decoded, user_spans(decoded))
+                if scanned is None:
+                    gaps = _gaps(decoded, user_spans(decoded))
+                    starts, found = prefilter.hit_lines(decoded, gaps), None
+                else:
+                    gaps, starts, found = scanned
                 # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
                 index = LineIndex(decoded) if decoded is block else None
                 if on_block is not None:
-                    on_block(number, decoded, gaps, index, shape_map)
+                    on_block(number, decoded, gaps, index, shape_map, starts, found)
                 yield from _block_lines(decoded, number, prefilter, redact, pending_follow, st, shape_map,
-                                        blank=is_user_content, starts=prefilter.hit_lines(decoded, gaps),
-                                        index=index)
+                                        blank=is_user_content, starts=starts, index=index)
                 pending_follow = _follow_after(decoded, prefilter, is_user_content)
                 number += block.count(b"\n") if index is None else index.at(len(block))
                 continue
@@ -604,6 +642,20 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     elif rest := shapes.flush():  # a shipper's partial line whose end never came
         yield from _block_lines(rest, max(number - 1, 0), prefilter, redact, 0, st, [0] * rest.count(b"\n"))
     st.lines = number
+
+
+def _scan_plain(block: bytes, prefilter: Prefilter, shapes: Decoder
+                ) -> tuple[list[tuple[int, int]] | None, list[int], dict[BlockPattern, list[re.Match[bytes]]]] | None:
+    """(gaps, hit starts, the extras' matches) of a block the decoder leaves as it is; None for a block with a
+    shipper's records or a PRETTY marker (the decoder rewrites it: the caller decodes, then searches)."""
+    if prefilter.plain(len(block)) or shapes.has_records(block):
+        return None
+    spans = user_spans(block)
+    gaps = _gaps(block, spans)
+    starts, found = prefilter.scan(block, gaps)
+    if found[PRETTY] or (spans and PRETTY.search(block)):  # the search skipped the request-logger lines
+        return None
+    return gaps, starts, found
 
 
 #: Request-logger lines echo prompts (often huge, often full of words like "error"): never evidence. (Each
@@ -870,13 +922,18 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         return
     if starts is None:
         starts = prefilter.hit_lines(block)
-    if index is not None and line_map is None:  # a keyword-dense block: one line shape decides once (shaped.py)
+    # a keyword-dense block (every line a hit: the first starts the block, the last ends it): one line shape
+    # decides once (shaped.py). Tested before the block's lines are counted, which would be a second pass.
+    if (index is not None and line_map is None and starts and starts[0] == 0
+            and block.find(b"\n", starts[-1]) == len(block) - 1):
         from .shaped import dense_lines
 
         dense = dense_lines(block, first_number, starts, index.at(len(block)), redact, st)
         if dense is not None:
             yield from dense
             return
+    from .shaped import physical_lines
+
     if blank is not None:
         blank = _memo(blank)  # a follow line's test is asked again when it is emitted
         starts = [s for s in starts if not blank(block, s)]
@@ -925,4 +982,4 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         emitted_upto = off
         st.decoded_lines += 1
         physical = first_number + line_map[number - first_number] if line_map else number
-        yield from _physical_to_lines(physical + 1, raw, redact, best[off])
+        yield from physical_lines(physical + 1, raw, redact, best[off])  # a line's shape decides once

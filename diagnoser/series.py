@@ -16,11 +16,10 @@ from __future__ import annotations
 import calendar
 import contextlib
 import datetime
-import math
 import re
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import field
 from functools import lru_cache
 from typing import Any
@@ -190,9 +189,9 @@ class Buckets:
                 last = self.items[-1]
         last["t1"] = t
         last["n"] += 1
-        f, isfinite = last["f"], math.isfinite
+        f = last["f"]
         for name, v in values.items():
-            if v is None or not isfinite(v):
+            if v is None or v - v != 0:  # not math.isfinite(v), without the call: inf - inf and nan are nan
                 continue
             agg = f.get(name)
             if agg is None:
@@ -260,13 +259,21 @@ class Window:
         return self.end - self.start + self.step
 
     def add(self, p: Point, score: float, step: float) -> None:
-        self.step = min(self.step, step)
+        # max(a, b) without the calls: b when b > a, else a (as max keeps the first of equals, and of nan)
+        if step < self.step:
+            self.step = step
         self.end = p.t
         self.points += 1
         get = p.values.get  # Point.get without the call: a point's values are never None
-        self.peak_kv = max(self.peak_kv, get("kv_pct", 0.0))
-        self.max_waiting = max(self.max_waiting, get("waiting", 0.0))
-        self.max_running = max(self.max_running, get("running", 0.0))
+        v = get("kv_pct", 0.0)
+        if v > self.peak_kv:
+            self.peak_kv = v
+        v = get("waiting", 0.0)
+        if v > self.max_waiting:
+            self.max_waiting = v
+        v = get("running", 0.0)
+        if v > self.max_running:
+            self.max_running = v
         self.preemptions += get("preemptions", 0.0)
         if score > self._peak_score and p.line is not None:
             self._peak_score, self.peak_line = score, p.line
@@ -281,6 +288,13 @@ class Window:
         return out
 
 
+def _hot(values: dict[str, float]) -> bool:
+    """A saturated point: KV cache at SATURATED_KV_PCT with requests waiting, or preemptions or swapping."""
+    get = values.get
+    return (get("kv_pct", 0.0) >= SATURATED_KV_PCT and get("waiting", 0.0) > 0) or get("preemptions", 0.0) > 0 \
+        or get("swapped", 0.0) > 0
+
+
 class _Saturation:
     """KV cache at SATURATED_KV_PCT with requests waiting, or preemptions (or swapping) rising."""
 
@@ -288,9 +302,7 @@ class _Saturation:
         self.out, self.open, self.seconds = out, None, 0.0
 
     def feed(self, p: Point, step: float) -> None:
-        get = p.values.get
-        hot = (get("kv_pct", 0.0) >= SATURATED_KV_PCT and get("waiting", 0.0) > 0) or get("preemptions", 0.0) > 0 \
-            or get("swapped", 0.0) > 0
+        hot = _hot(p.values)
         w = self.open
         if w is not None and p.t - w.end > MERGE_GAP:
             self._close()
@@ -317,12 +329,13 @@ class _QueueGrowth:
 
     def __init__(self, out: list[Window]) -> None:
         self.out, self.open = out, None
-        self.gen: list[float] = []
+        self.gen = [0, 0]  #: the open window's generation tokens/s: sum (left to right, as sum() adds), count
         self.peak_t = 0.0
         self.first_waiting = 0.0
 
     def feed(self, p: Point, step: float) -> None:
-        waiting = p.get("waiting")
+        get = p.values.get  # Point.get without the call: a point's values are never None
+        waiting = get("waiting", 0.0)
         w = self.open
         if w is not None and (waiting == 0 or waiting < 0.5 * w.max_waiting):
             self._close(recovered=waiting == 0)
@@ -331,12 +344,14 @@ class _QueueGrowth:
             return
         if w is None:
             w = self.open = Window("queue-growth", p.engine, p.t, p.t, step, p.line)
-            self.gen, self.first_waiting = [], waiting
+            self.gen, self.first_waiting = [0, 0], waiting
         if waiting >= w.max_waiting:
             self.peak_t = p.t
         w.add(p, waiting, step)
-        self.gen.append(p.get("gen_tps"))
-        w.extra["_finished"] = w.extra.get("_finished", 0.0) + p.get("finished")
+        gen = self.gen  # a running sum, not every point's value: a queue open for days holds no list
+        gen[0] += get("gen_tps", 0.0)
+        gen[1] += 1
+        w.extra["_finished"] = w.extra.get("_finished", 0.0) + get("finished", 0.0)
 
     def _close(self, recovered: bool) -> None:
         w = self.open
@@ -345,9 +360,10 @@ class _QueueGrowth:
             return
         w.end = self.peak_t  # the window is the growth: start of the queue to its peak
         minutes = max(w.seconds / 60.0, 1e-9)
+        total, n = self.gen
         w.extra.update({
             "growth_per_min": round((w.max_waiting - self.first_waiting) / minutes, 2),
-            "sustained_gen_tps": round(sum(self.gen) / len(self.gen), 1) if self.gen else 0.0,
+            "sustained_gen_tps": round(total / n, 1) if n else 0.0,
             "recovered": recovered,
         })
         self.out.append(w)
@@ -361,7 +377,9 @@ class _Collapse:
 
     def __init__(self, out: list[Window]) -> None:
         self.out, self.open = out, None
-        self.history: deque[tuple[float, float]] = deque(maxlen=COLLAPSE_HISTORY)
+        #: the last COLLAPSE_HISTORY loaded points' generation tokens/s and load, in step
+        self.gens: deque[float] = deque(maxlen=COLLAPSE_HISTORY)
+        self.loads: deque[float] = deque(maxlen=COLLAPSE_HISTORY)
         self.ref: tuple[float, float] = (0.0, 0.0)
         self._ref_stale = True  # the history changed since self.ref was taken from it
         self.causes: dict[str, int] = {}
@@ -371,16 +389,22 @@ class _Collapse:
             return
         get = p.values.get
         gen, load = get("gen_tps", 0.0), get("running", 0.0) + get("waiting", 0.0)
-        if self.open is None and len(self.history) == COLLAPSE_HISTORY and self._ref_stale:
-            self.ref = (_median([g for g, _ in self.history]), _median([ld for _, ld in self.history]))
-            self._ref_stale = False
-        ref_gen, ref_load = self.ref
-        low = len(self.history) == COLLAPSE_HISTORY and ref_gen >= 50 and gen < 0.5 * ref_gen \
-            and load > 0 and load >= 0.75 * ref_load
+        low = False
+        # the medians only when they can tell: gen at half the history's largest or more is not below half of
+        # its median (an open window keeps the reference it opened with; the history is the same meanwhile)
+        if len(self.gens) == COLLAPSE_HISTORY and load > 0 and (
+                self.open is not None or not self._ref_stale or gen < 0.5 * max(self.gens)):
+            if self.open is None and self._ref_stale:
+                self.ref = (_median(self.gens), _median(self.loads))
+                self._ref_stale = False
+            ref_gen, ref_load = self.ref
+            low = ref_gen >= 50 and gen < 0.5 * ref_gen and load >= 0.75 * ref_load
         if not low:
-            self._close()
+            if self.open is not None:
+                self._close()
             if load > 0:
-                self.history.append((gen, load))
+                self.gens.append(gen)
+                self.loads.append(load)
                 self._ref_stale = True
             return
         w = self.open
@@ -446,14 +470,14 @@ class _Errors:
         self._close()
 
 
-def _median(values: list[float]) -> float:
+def _median(values: Iterable[float]) -> float:
     s = sorted(values)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 #: Whether a rule may report a closed window: (kind, facts of the window alone) -> False when none can.
-WindowFilter = Callable[[str, dict[str, Any]], bool]
+WindowFilter = Callable[[str, Mapping[str, Any]], bool]
 
 
 class Windows(list):  # type: ignore[type-arg]
@@ -461,22 +485,84 @@ class Windows(list):  # type: ignore[type-arg]
     window's own facts) is counted, and kept (without its lines) only if it is among the first MAX_WINDOWS
     that the JSON lists: a stats-only log of any length holds a bounded number of windows."""
 
-    def __init__(self, kind: str, keep: WindowFilter | None) -> None:
+    def __init__(self, kind: str, keep: WindowFilter | None, evidence: int | None = None) -> None:
         super().__init__()
         self.kind, self.keep = kind, keep
         self.total = 0
         self.seconds = array("d")  #: every window's length in order (saturated_seconds sums them)
+        #: distinct evidence lines after which a reported window's lines no longer show (Matcher.series_evidence)
+        self.evidence = evidence
+        self._shown: set[str] = set()  #: the distinct evidence lines of the reported windows so far, up to that
 
     def append(self, w: Window) -> None:  # type: ignore[override]
         w.index = self.total
         self.total += 1
         if self.kind == "saturation":
             self.seconds.append(w.seconds)
-        if self.keep is not None and not self.keep(self.kind, window_facts(w, None, {}, None)):
+        if self.keep is not None and not self.keep(self.kind, LocalFacts(w)):
             if w.index >= MAX_WINDOWS:
                 return
             w.dropped, w.first_line, w.peak_line = True, None, None
+        elif self.evidence is not None and w.first_line is not None:
+            if len(self._shown) >= self.evidence:
+                # its hit is folded, never shown: its place (line number, time, rank) is all it needs to keep,
+                # so a long log's reported windows hold no text
+                first = w.first_line
+                w.first_line = Line(number=first.number, text="", raw="", rank=first.rank,
+                                    timestamp=first.timestamp)
+                w.peak_line = None
+            else:
+                self._shown.update(ln.text.strip() for ln in (w.first_line, w.peak_line) if ln is not None)
         super().append(w)
+
+
+class LocalFacts(Mapping[str, Any]):
+    """`window_facts(w, None, {}, None)`, each fact computed when asked: the series asks whether a rule may
+    report each window as it closes, and a rule's `when` reads two or three of them (the labels, which cost a
+    strftime, only when asked)."""
+
+    __slots__ = ("w", "_all")
+
+    def __init__(self, w: Window) -> None:
+        self.w = w
+        self._all: dict[str, Any] | None = None
+
+    def _facts(self) -> dict[str, Any]:
+        if self._all is None:
+            self._all = window_facts(self.w, None, {}, None)
+        return self._all
+
+    def __getitem__(self, name: str) -> Any:
+        own = _LOCAL_FACTS.get(name)
+        if own is not None:
+            return own(self.w)
+        if not name.startswith("_") and name in self.w.extra:
+            return self.w.extra[name]
+        if name not in _LABELS:  # a word of the expression that is no fact (`and`, a constant's name)
+            raise KeyError(name)
+        return self._facts()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Mapping.get without its KeyError for each word of an expression that is no fact."""
+        if name in _LOCAL_FACTS or name in _LABELS or (not name.startswith("_") and name in self.w.extra):
+            return self[name]
+        return default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._facts())
+
+    def __len__(self) -> int:
+        return len(self._facts())
+
+
+#: the facts of window_facts that are a window's own figures (no clock, no listing), as it computes them
+_LOCAL_FACTS: dict[str, Callable[[Window], Any]] = {
+    "seconds": lambda w: round(w.seconds), "points": lambda w: w.points,
+    "kv_usage_pct": lambda w: round(w.peak_kv, 1), "waiting": lambda w: int(w.max_waiting),
+    "running": lambda w: int(w.max_running), "series_preemptions": lambda w: int(w.preemptions),
+    "engine": lambda w: w.engine, "_finished": lambda w: w.extra.get("_finished", 0.0), "_interval": lambda w: w.step,
+}
+_LABELS = ("start", "end", "_window")  #: window_facts' other facts
 
 
 def window_facts(w: Window, clock: Clock | None, common: dict[str, Any], listed: dict[str, Any] | None
@@ -490,17 +576,24 @@ def window_facts(w: Window, clock: Clock | None, common: dict[str, Any], listed:
             "_finished": w.extra.get("_finished", 0.0), "_interval": w.step}
 
 
+_PEAKS = ("kv_pct", "waiting", "running")  #: a track's figures kept at their maximum
+
+
 class Track:
     """One engine's series: its downsampled points, its detectors and its totals."""
 
-    def __init__(self, engine: str, keep: WindowFilter | None = None) -> None:
+    def __init__(self, engine: str, keep: WindowFilter | None = None,
+                 evidence: Callable[[str], int | None] | None = None) -> None:
         self.engine = engine
         self.buckets = Buckets()
-        self.windows: dict[str, Windows] = {k: Windows(k, keep) for k in
-                                            ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
+        self.windows: dict[str, Windows] = {
+            k: Windows(k, keep, evidence(k) if evidence is not None else None)
+            for k in ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
         self.sat = _Saturation(self.windows["saturation"])
-        self.detectors = [self.sat, _QueueGrowth(self.windows["queue-growth"]),
-                          _Collapse(self.windows["throughput-collapse"]), _Errors(self.windows["error-burst"])]
+        self.queue = _QueueGrowth(self.windows["queue-growth"])
+        self.collapse = _Collapse(self.windows["throughput-collapse"])
+        self.errors = _Errors(self.windows["error-burst"])
+        self.detectors = [self.sat, self.queue, self.collapse, self.errors]
         self.first_t: float | None = None
         self.last_t: float | None = None
         self.step = DEFAULT_STEP
@@ -510,26 +603,45 @@ class Track:
         self.first_line: Line | None = None
 
     def add(self, p: Point) -> None:
-        if self.last_t is not None and p.t > self.last_t:
+        t, values = p.t, p.values
+        if self.last_t is not None and t > self.last_t:
             # the logging interval: the shortest spacing seen (a quiet gap is not an interval)
-            gap = p.t - self.last_t
-            self.step = gap if self.points == 1 else min(self.step, gap)
+            gap = t - self.last_t
+            self.step = gap if self.points == 1 or gap < self.step else self.step
         if self.first_t is None:
-            self.first_t, self.first_line = p.t, p.line
-        self.last_t = p.t
+            self.first_t, self.first_line = t, p.line
+        self.last_t = t
         self.points += 1
-        self.buckets.add(p.t, p.values)
-        for name in ("kv_pct", "waiting", "running"):
-            if name in p.values:
-                self.peak[name] = max(self.peak.get(name, 0.0), p.values[name])
-        if "prefix_hit_pct" in p.values and p.get("prompt_tps", 1.0) > 0:
-            weight = p.get("prompt_tps", 1.0) or 1.0
-            self.prefix[0] += p.values["prefix_hit_pct"] * weight
-            self.prefix[1] += weight
-            self.prefix[2] += 1
-            self.prefix[3] = max(self.prefix[3], p.values["prefix_hit_pct"])
-        for d in self.detectors:
-            d.feed(p, self.step)
+        self.buckets.add(t, values)
+        peak = self.peak
+        for name in _PEAKS:  # max(peak, v) without the call: v when v > peak
+            v = values.get(name)
+            if v is not None or name in values:
+                was = peak.get(name, 0.0)
+                peak[name] = v if v > was else was  # type: ignore[operator]
+        hit = values.get("prefix_hit_pct")
+        if hit is not None or "prefix_hit_pct" in values:
+            weight = values.get("prompt_tps")
+            weight = 1.0 if weight is None else weight
+            if weight > 0:
+                prefix = self.prefix
+                prefix[0] += hit * weight  # type: ignore[operator]
+                prefix[1] += weight
+                prefix[2] += 1
+                prefix[3] = hit if hit > prefix[3] else prefix[3]  # type: ignore[operator]
+        step = self.step
+        # a detector is asked only when the point can change it: one that has no open window ignores a point
+        # below its threshold (most points of a healthy log), the tests are each feed's first return
+        get = values.get
+        sat = self.sat
+        if sat.open is not None or _hot(values):
+            sat.feed(p, step)
+        queue, collapse, errors = self.queue, self.collapse, self.errors
+        if queue.open is not None or not get("waiting", 0.0) <= 0:
+            queue.feed(p, step)
+        collapse.feed(p, step)
+        if errors.open is not None or not get("errors", 0.0) <= 0:
+            errors.feed(p, step)
 
     def finish(self) -> None:
         for d in self.detectors:
@@ -549,9 +661,11 @@ _OBSERVED = KeywordIndex([w] for w in ("throughput", "KV cache usage", "RUNNING:
 class Series:
     """The serving phase of one input, fed line by line (and raw blocks, for access lines)."""
 
-    def __init__(self, keep: WindowFilter | None = None) -> None:
+    def __init__(self, keep: WindowFilter | None = None, evidence: Callable[[str], int | None] | None = None
+                 ) -> None:
         self.clock = Clock()
         self.keep = keep  #: which closed windows a rule may report (the others are counted, not held)
+        self.evidence = evidence  #: see Windows.evidence
         self.tracks: dict[str, Track] = {}
         self.metrics = MetricsReader()
         self._pending_http: deque[tuple[int, int, dict[str, int]]] = deque()  # (stats line no., requests, codes)
@@ -590,25 +704,33 @@ class Series:
                 self._v0_total = max(total, self._v0_total)
 
     def access_block(self, first_number: int, block: bytes, gaps: list[tuple[int, int]] | None = None,
-                     index: Any = None, line_map: list[int] | None = None) -> None:
+                     index: Any = None, line_map: list[int] | None = None, starts: list[int] | None = None,
+                     found: dict[Any, list[re.Match[bytes]]] | None = None) -> None:
         """Count access lines and their failed statuses in a raw block, split at its stats lines (an access
         line has no clock: it belongs to the interval that the next stats line closes). `gaps`: the ranges
         outside request-logger lines (None: the whole block); a prompt that quotes an access line is no request.
         `index`: the reader's newline counts of the block (reader.LineIndex), else they are counted here.
         `line_map`: the physical line of each of the block's lines (a shipper's record may hold several, an
-        OTLP export).
+        OTLP export). `starts`: where the block's keyword lines start (the reader's hits), stats lines among
+        them; else the block is searched for them. `found`: the reader's search of the gaps for BLOCK_ERROR
+        among others (Prefilter.scan), else the block is searched for it here.
         """
         ranges = [(0, len(block))] if gaps is None else gaps
         if all(block.find(b" HTTP/", a, b) == -1 for a, b in ranges):
             return
         self._http_seen = True
-        cuts = []  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
-        i = block.find(STATS_MARK)
-        while i != -1:
-            cuts.append(block.rfind(b"\n", 0, i) + 1)
-            nl = block.find(b"\n", i)
-            i = block.find(STATS_MARK, nl) if nl != -1 else -1
-        errors = [m for a, b in ranges for m in BLOCK_ERROR.finditer(block, a, b)]
+        find = block.find
+        if starts is not None:  # a stats line holds a keyword: among the hits, without a pass over the block
+            cuts = [s for s in starts if find(STATS_MARK, s, find(b"\n", s)) != -1]
+        else:  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
+            cuts = []
+            i = find(STATS_MARK)
+            while i != -1:
+                cuts.append(block.rfind(b"\n", 0, i) + 1)
+                nl = find(b"\n", i)
+                i = find(STATS_MARK, nl) if nl != -1 else -1
+        errors = (found[BLOCK_ERROR] if found is not None and BLOCK_ERROR in found
+                  else [m for a, b in ranges for m in BLOCK_ERROR.finditer(block, a, b)])
         pos, k, r, e = 0, 0, 0, 0  # k: the block's lines before `pos`
         for start in [*cuts, len(block)]:
             n = 0
@@ -641,8 +763,12 @@ class Series:
 
     def _stats(self, line: Line) -> None:
         text = line.text
-        fields, engine_span = _STAT_PLANS(text)
-        values = {name: float(text[a:b]) for name, a, b in fields}
+        names, spans, engine_span = _STAT_PLANS(text)
+        try:  # one C-level pass: slices, floats, the dict
+            values = dict(zip(names, map(float, map(text.__getitem__, spans)), strict=True))
+        except ValueError:  # a malformed number ('1.2.3' fits [\d.]+): that field only is not read
+            values = {name: v for name, span in zip(names, spans, strict=True)
+                      if (v := _number(text[span])) is not None}
         if "kv_pct" not in values and "running" not in values:
             if "prefix_hit_pct" in values and self.tracks:  # V0's companion line: the interval just logged
                 track = next(iter(self.tracks.values()))
@@ -668,8 +794,8 @@ class Series:
         self._add(Point(t, engine, values, line))
 
     @staticmethod
-    def _stat_plan(text: str) -> tuple[list[tuple[str, int, int]], str | tuple[int, int]]:
-        """Where a stats line's values are: (field, start, end) in the order they are read, and the engine
+    def _stat_plan(text: str) -> tuple[tuple[str, ...], tuple[slice, ...], str | tuple[int, int]]:
+        """Where a stats line's values are: the fields in the order they are read, their slices, and the engine
         ("0", "all", or where its number is). Positions only (digit classes), so one plan serves a shape."""
         fields = []
         for name, rx in STAT_FIELDS.items():
@@ -683,7 +809,7 @@ class Series:
                 fields.append(("cpu_kv_pct", kv[1].start(2), kv[1].end(2)))
         m = ENGINE.search(text)
         engine: str | tuple[int, int] = (m.start(1), m.end(1)) if m and m.group(1) else ("all" if m else "0")
-        return fields, engine
+        return tuple(f[0] for f in fields), tuple(slice(a, b) for _, a, b in fields), engine
 
     def _take_http(self, number: int, values: dict[str, float]) -> None:
         if not self._http_seen:
@@ -734,7 +860,7 @@ class Series:
     def _add(self, p: Point) -> None:
         track = self.tracks.get(p.engine)
         if track is None:
-            track = self.tracks[p.engine] = Track(p.engine, self.keep)
+            track = self.tracks[p.engine] = Track(p.engine, self.keep, self.evidence)
         track.add(p)
 
     # -- results -------------------------------------------------------------------------------------
@@ -846,6 +972,14 @@ class Series:
 _STAT_PLANS = ShapePlans(Series._stat_plan)
 #: where a V0 preemption warning's cumulative count is: None (no warning), (-1, -1) (no count), or its span
 _V0_PLANS = ShapePlans(lambda text: (m.span(1) if (m := V0_PREEMPTED.search(text)) else None))
+
+
+def _number(text: str) -> float | None:
+    """float(text), None when it is no number."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _gauges(vals: dict[str, float], prev: dict[str, float] | None, dt: float | None,

@@ -22,20 +22,22 @@ asked (a block with ` HTTP/` goes the general way). So:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .keywords import lowered
-from .reader import USER_CONTENT_MARKERS, Line, ReadStats, _physical_to_lines
+from .reader import RANK_IN_PROC, USER_CONTENT_MARKERS, Line, ReadStats, _physical_to_lines
 from .redact import LONG_TEXT, Redactor, maybe_secret
 
 #: shapes remembered at most (a log of endlessly new shapes only pays one dict lookup a line)
 MAX_SHAPES = 4096
 ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
-#: A whole line: vLLM's header (the reader's "vllm" prefix, with a source) and a message of printable ASCII that
-#: starts with a letter (so no other prefix of the reader can follow the header).
+#: A whole line: maybe a coloured process tag (`ESC[1;36m(APIServer pid=1)ESC[0;0m `, the reader's "proc"
+#: prefix in its plainest form), vLLM's header (the reader's "vllm" prefix, with a source) and a message of
+#: printable ASCII that starts with a letter (so no other prefix of the reader can follow the header).
 PLAIN = re.compile(
+    rb"(?:(\x1b\[[0-9;]*m)?\(([A-Za-z_]\w*(?:[ _][\w=]+)*?) pid=([0-9]+)\)(\x1b\[[0-9;]*m)? ?)?"
     rb"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? "
     rb"(?:\[([^\]\s]+:\d+)\]|([\w./-]+:\d+)\])[ \t]?[A-Za-z][ -~]*")
 
@@ -84,40 +86,57 @@ def dense_lines(block: bytes, first_number: int, starts: list[int], lines: int, 
 
 
 def _lines(block: bytes, number: int, redact: Callable[[str], str] | None, st: ReadStats) -> Iterator[Line]:
-    verdicts = _verdicts
-    plain = PLAIN.fullmatch
-    redactor = redact if isinstance(redact, Redactor) else None
     pos, find = 0, block.find
     while True:
         end = find(b"\n", pos)
         if end == -1:
             break
         number += 1
-        raw = block[pos:end]
-        pos = end + 1
         st.decoded_lines += 1
-        key = raw.translate(ZEROS)
-        good = verdicts.get(key)
-        if good and (redact is None or (redactor is not None and redactor._carry is None)):
-            m = plain(raw)
-            if m is not None:  # always, for a good shape; a guard all the same
-                yield _fast_line(number, raw, m)
-                continue
-        fresh = redact is None or (redactor is not None and redactor._carry is None)
-        slow = list(_physical_to_lines(number, raw, redact, False))
-        if good is None and fresh:
-            remember(verdicts, key, _fast_equals(raw, number, slow))
-        yield from slow
+        yield from physical_lines(number, block[pos:end], redact, False)
+        pos = end + 1
+
+
+def physical_lines(number: int, raw: bytes, redact: Callable[[str], str] | None, follow: bool
+                   ) -> Iterable[Line]:
+    """reader._physical_to_lines of one line, built straight from its header match when its shape was found
+    good (the first line of each shape goes the slow way and says whether the fast Line is the same; see
+    the module's docstring). A follow line, or one after a redactor's carry, goes the slow way."""
+    fresh = not follow and (redact is None or (isinstance(redact, Redactor) and redact._carry is None))
+    key = raw.translate(ZEROS)
+    good = _verdicts.get(key)
+    if good and fresh:
+        m = PLAIN.fullmatch(raw)
+        if m is not None:  # always, for a good shape; a guard all the same
+            return (_fast_line(number, raw, m),)
+    slow = list(_physical_to_lines(number, raw, redact, follow))
+    if good is None and fresh:
+        remember(_verdicts, key, _fast_equals(raw, number, slow))
+    return slow
 
 
 def _fast_line(number: int, raw: bytes, m: re.Match[bytes]) -> Line:
-    """The Line parse_line makes of a PLAIN line: the header's fields, the message after it, right-stripped."""
-    text = raw.decode("ascii")
-    start = (m.end(3) if m.start(3) != -1 else m.end(4)) + 1  # past the source's "]"
+    """The Line parse_line makes of a PLAIN line: the tag's process and pid, the header's fields, the message
+    after it, right-stripped (`raw` without the tag's two colour escapes, as clean_text leaves it)."""
+    start = (m.end(7) if m.start(7) != -1 else m.end(8)) + 1  # past the source's "]"
     if raw[start:start + 1] in (b" ", b"\t"):
         start += 1
-    return Line(number=number, text=text[start:].rstrip(), raw=text, level=m.group(1).decode(),
-                timestamp=m.group(2).decode(), source=(m.group(3) or m.group(4)).decode())
+    source = (m.group(7) or m.group(8)).decode()
+    if m.start(2) == -1:
+        text = raw.decode("ascii")
+        return Line(number=number, text=text[start:].rstrip(), raw=text, level=m.group(5).decode(),
+                    timestamp=m.group(6).decode(), source=source)
+    for group in (4, 1):  # the tag's colour escapes go (the right one first: the left one's span holds)
+        a, b = m.span(group)
+        if a != -1:
+            raw = raw[:a] + raw[b:]
+            start -= b - a
+    text = raw.decode("ascii")
+    process = m.group(2).decode()
+    rank = RANK_IN_PROC.search(process)
+    return Line(number=number, text=text[start:].rstrip(), raw=text, process=process, pid=int(m.group(3)),
+                rank=int(rank.group(1)) if rank else None, level=m.group(5).decode(), timestamp=m.group(6).decode(),
+                source=source)
 
 
 def _fast_equals(raw: bytes, number: int, slow: list[Line]) -> bool:
@@ -125,9 +144,10 @@ def _fast_equals(raw: bytes, number: int, slow: list[Line]) -> bool:
     m = PLAIN.fullmatch(raw)
     if m is None or len(slow) != 1 or len(raw) >= LONG_TEXT:
         return False
-    if maybe_secret(raw.decode("ascii").lower()):  # the redactor would look (hints hold no digit: one answer a shape)
+    fast = _fast_line(number, raw, m)
+    if maybe_secret(fast.raw.lower()):  # the redactor would look (hints hold no digit: one answer a shape)
         return False
-    return _fast_line(number, raw, m) == slow[0]
+    return fast == slow[0]
 
 
 class ShapeCache:

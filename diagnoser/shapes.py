@@ -57,12 +57,9 @@ class Decoder:
         Returns the new block and, when it changed, the index of the physical input line each output line
         comes from (the reader's line numbers stay the original ones); else the block and None.
         """
-        if _PRETTY.search(block):
+        if PRETTY.search(block):
             return _pretty(block)
-        has_json = _has_record(block)
-        # the kubelet writes every line of a pod's log in CRI form: a block of them starts with one
-        has_cri = bool(self.pending_cri) or (CRI_HEAD.match(block) is not None
-                                             and any(m in block for m in CRI_MARKERS))
+        has_json, has_cri = _has_record(block), self._has_cri(block)
         if not has_json and not has_cri:
             return block, None
         lines = block.split(b"\n")
@@ -99,6 +96,14 @@ class Decoder:
         if not changed:
             return block, None
         return b"".join(part + b"\n" for part in out), line_map
+
+    def has_records(self, block: bytes) -> bool:
+        """Whether decode_block would decode any record of a block that holds no PRETTY marker."""
+        return _has_record(block) or self._has_cri(block)
+
+    def _has_cri(self, block: bytes) -> bool:
+        # the kubelet writes every line of a pod's log in CRI form: a block of them starts with one
+        return bool(self.pending_cri) or (CRI_HEAD.match(block) is not None and any(m in block for m in CRI_MARKERS))
 
     def flush(self) -> bytes:
         """What is still pending at the end of the input (a partial line whose end never came)."""
@@ -257,7 +262,7 @@ class Decoder:
 #: `gcloud logging read --format=json` (and the console's download): one pretty-printed JSON array, a field a line
 PRETTY_MARKERS = (b'  "textPayload": "', b'  "jsonPayload": {')
 #: Either marker, found in one pass (hyperscan's when installed: most blocks have neither).
-_PRETTY = BlockPattern(re.compile(b"|".join(re.escape(m) for m in PRETTY_MARKERS)), 20)
+PRETTY = BlockPattern(re.compile(b"|".join(re.escape(m) for m in PRETTY_MARKERS)), 20)
 PRETTY_TEXT = re.compile(rb'^\s*"(?:textPayload|message)": ("(?:[^"\\]|\\.)*"),?\s*$')
 PRETTY_SYNTAX = re.compile(rb'^\s*(?:[\[\]{}],?|"[^"\n]*": .*)\s*$')
 

@@ -161,10 +161,13 @@ def open_log(path: str | os.PathLike[str]) -> BinaryIO:
     except OSError as exc:
         raise InputError(f"{name}: cannot read ({exc.strerror or exc}); check the path") from None
     try:
-        return decompressed(raw, name)
-    except BaseException:
+        return decompressed(raw, name)  # peeks at the first bytes: a read can fail here already (EIO, EISDIR)
+    except BaseException as exc:
         raw.close()
-        raise
+        error = read_error(name, exc)
+        if error is None:
+            raise
+        raise error from None
 
 
 class IterStream(io.RawIOBase):

@@ -12,6 +12,7 @@ engine `with config:` line and the memory lines; rules read it for advice and th
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
 from dataclasses import field, fields
 from functools import cached_property, lru_cache
@@ -293,7 +294,10 @@ class Tracker:
     def observe(self, line: Line) -> str | None:
         """Update stage and context from one line; return the fine stage that applies to it."""
         text = line.text
-        proc = self._procs.setdefault(line.proc_key, _Proc())
+        key = line.proc_key
+        proc = self._procs.get(key)
+        if proc is None:
+            proc = self._procs[key] = _Proc()
         stripped = text.lstrip()
         if stripped.startswith(TRACEBACK_START):
             proc.in_traceback, proc.frame_stage = True, None
@@ -369,7 +373,9 @@ class Tracker:
             ctx.interrupted_line, ctx.interrupted_stage = number, coarse(self.stage)
         ready = ctx.server_started or ctx.engine_ready
         # a stop before the server was ready leaves the stage where the start-up was
-        if mark.stage and self._advances(mark.stage) and (mark.stage != "shutdown" or ready):
+        # (a landmark of the stage it is in, a stats line while serving, leaves it there: no order to look up)
+        if mark.stage and mark.stage != self.stage and self._advances(mark.stage) and (
+                mark.stage != "shutdown" or ready):
             self.stage = mark.stage
         if mark.engine:
             ctx.engine = mark.engine
@@ -426,8 +432,9 @@ class Tracker:
         ctx.last_stats_text = text[:300]
         got = _STATS_PLANS(text)
         if got["kv_pct"]:
-            pct = float(text[slice(*got["kv_pct"])])
-            ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
+            with contextlib.suppress(ValueError):  # '1.2.3' fits [\d.]+ and is no number
+                pct = float(text[slice(*got["kv_pct"])])
+                ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
         if got["running"]:
             ctx.max_running_reqs = max(int(text[slice(*got["running"])]), ctx.max_running_reqs or 0)
         if got["waiting"]:

@@ -230,3 +230,27 @@ def test_a_long_text_asked_again_gets_its_own_keywords():
     got = index.present(first)
     got.append("mutated")
     assert index.present(first) == ["error", "nccl error"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_access_counts_split_at_the_hits_stats_lines_are_the_counts_a_search_of_the_block_gives(seed, monkeypatch):
+    """The reader hands the series its keyword lines, among them the stats lines that close each interval of
+    access lines: the requests and failed statuses per interval are those a search of the block finds (a
+    prompt quoting a stats line, which only the search sees, splits nothing a report shows)."""
+    from diagnoser.series import Series
+
+    rng = random.Random(seed)
+    quoted = REQUEST.replace("why does this", "Avg prompt throughput: 1.0 tokens/s, why does this")
+    failed = ACCESS.replace("200 OK", "503 Service Unavailable")
+    lines = [STATS.replace("10:00:10", f"{10 + i // 2520:02d}:{i // 42 % 60:02d}:{i // 7 % 6}0") if i % 7 == 0
+             else rng.choice([ACCESS, ACCESS, failed, quoted]) for i in range(3000)]
+    data = ("\n".join(lines) + "\n").encode()
+    given = diagnose(io.BytesIO(data), "x", builtin_rules())
+    original = Series.access_block
+    monkeypatch.setattr(Series, "access_block",
+                        lambda self, *args: original(self, *args[:5]))  # no hits given: the block is searched
+    searched = diagnose(io.BytesIO(data), "x", builtin_rules())
+    assert given.series.to_dict() == searched.series.to_dict()
+    points = given.series.to_dict()["engines"]["0"]["points"]
+    total = {k: sum(p[k]["mean"] * p["n"] for p in points) for k in ("requests", "errors")}
+    assert 1000 < total["requests"] < 2572 and 300 < total["errors"] < total["requests"]

@@ -208,3 +208,22 @@ def test_line_index_answers_questions_in_any_order_counting_each_byte_once() -> 
         assert index.at(off) == k
     assert index.at(offsets[1500]) == 1500  # asked again: answered, not recounted wrongly
     assert sum(end - start for start, end in block.scanned) <= 2 * len(raw)
+
+
+def test_a_sparse_block_has_its_lines_counted_once() -> None:
+    """Keyword lines among access lines: the dense-block test must not count the block's lines before the hits'
+    line numbers count them again (two passes over every block of a quiet serving log)."""
+    from diagnoser.engine import prefilter_for
+    from diagnoser.reader import LineIndex, ReadStats, _block_lines, is_user_content
+    from diagnoser.rules import builtin_rules
+
+    access = b'INFO:     10.0.3.7:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    stats = (b"INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 120.3 tokens/s, Avg "
+             b"generation throughput: 88.1 tokens/s, Running: 12 reqs, Waiting: 3 reqs, GPU KV cache usage: 97.2%\n")
+    block = _CountingBlock((access * 40 + stats) * 50)
+    block.scanned = []
+    prefilter = prefilter_for(builtin_rules())
+    lines = list(_block_lines(block, 0, prefilter, None, 0, ReadStats(), blank=is_user_content,
+                              starts=prefilter.hit_lines(block), index=LineIndex(block)))
+    assert [ln.number for ln in lines] == [41 * k for k in range(1, 51)]
+    assert sum(end - start for start, end in block.scanned) <= len(block)

@@ -295,3 +295,48 @@ def test_access_lines_inside_one_otlp_record_count_per_stats_interval():
     (track,) = series.tracks.values()
     got = [(p["requests"]["max"], p["errors"]["max"]) for p in track.buckets.points(series.clock)]
     assert got == [(0, 0), (2, 1), (1, 1)]
+
+
+SERVING = FIXTURES / "serving-v1-0.12-3h.log"
+
+
+@pytest.mark.parametrize("shape", ["plain", "gcloud_read_json", *sorted(SHAPES)])
+def test_one_search_of_a_plain_block_past_the_paste_start_reports_what_decoding_first_does(shape, monkeypatch):
+    """Past the paste-sized start, a block the decoder would leave alone is searched once for the keywords,
+    the pretty-export markers and the failed statuses: the report (findings, series, counts) is the one the
+    decode-then-search path gives, whether the block is plain, a shipper's records, or a pretty export."""
+    from diagnoser import reader
+    from diagnoser.report.model import report_dict
+
+    lines = SERVING.read_text().split("\n")[:-1] + (FIXTURES / "kv-cache-too-small-v1-0.16.log").read_text().split(
+        "\n")[:-1]
+    text = "\n".join(lines) + "\n" if shape == "plain" else (
+        gcloud_read_json(lines) if shape == "gcloud_read_json" else SHAPES[shape](lines))
+    data = text.encode()
+    monkeypatch.setattr(reader, "PASTE_MAX", 0)  # every block is past the start
+    monkeypatch.setattr(reader, "BLOCK", 1 << 14)  # many blocks
+    once = report_dict(diagnose(io.BytesIO(data), "x"), series=True)
+    monkeypatch.setattr(reader, "_scan_plain", lambda *a: None)
+    decoded_first = report_dict(diagnose(io.BytesIO(data), "x"), series=True)
+    assert once == decoded_first
+    assert "kv-cache-too-small" in [f["rule"] for f in once["findings"]]
+
+
+def test_a_pretty_marker_only_a_prompt_quotes_still_sends_the_block_to_the_decoder(monkeypatch):
+    """The one search skips request-logger lines, so a PRETTY marker inside one is looked for there apart."""
+    from diagnoser import reader
+    from diagnoser.report.model import report_dict
+
+    api = "\x1b[1;36m(APIServer pid=1)\x1b[0;0m "
+    prompt = (api + "INFO 05-01 10:00:00 [logger.py:39] Received request chatcmpl-1: prompt: '{\\n  \"textPayload\": "
+              "\"x\"}', params: SamplingParams(n=1).")
+    failed = api + 'INFO:     10.0.3.7:51234 - "POST /v1/chat/completions HTTP/1.1" 503 Service Unavailable'
+    data = ("\n".join([*SERVING.read_text().split("\n")[:-1], prompt, failed] * 3) + "\n").encode()
+    monkeypatch.setattr(reader, "PASTE_MAX", 0)
+    calls = []
+    original = reader._scan_plain
+    monkeypatch.setattr(reader, "_scan_plain", lambda *a: calls.append(r := original(*a)) or r)
+    once = report_dict(diagnose(io.BytesIO(data), "x"), series=True)
+    assert None in calls  # the block with the quoted marker went to the decoder
+    monkeypatch.setattr(reader, "_scan_plain", lambda *a: None)
+    assert once == report_dict(diagnose(io.BytesIO(data), "x"), series=True)

@@ -92,6 +92,22 @@ def test_one_unreadable_file_among_several(tmp_path, doctor):
     assert doc["findings"][0]["rule"] == "kv-cache-too-small"
 
 
+#: A file that opens but whose first read fails with EIO (as a failing disk or a network mount does); root can
+#: read any file whatever its mode, so permissions cannot make one here.
+_EIO_FILE = Path("/proc/self/mem")
+
+
+@pytest.mark.skipif(not _EIO_FILE.exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("args, out_format", [((), "json"), (("check",), "json"), (("compare",), "text")])
+def test_a_file_whose_reads_fail_is_named_and_the_others_reported(args, out_format, tmp_path, doctor):
+    good = tmp_path / "good.log"
+    good.write_bytes(EXAMPLE.read_bytes())
+    res = doctor(*args, "--format", out_format, str(_EIO_FILE), str(good), cwd=tmp_path)
+    one_line_error(res, f"{_EIO_FILE}: cannot read (Input/output error)")
+    if not args:  # the readable log's report is still written
+        assert json.loads(res.stdout)["findings"][0]["rule"] == "kv-cache-too-small"
+
+
 def test_wrong_typed_rule_field_from_the_command_line(tmp_path, doctor, rule_file):
     path = rule_file(rule_text("ok").replace('    - phrase: "the demo engine exploded loudly"',
                                              '    - phrase: "the demo engine exploded loudly"\n      threshold: abc')
