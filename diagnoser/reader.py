@@ -555,7 +555,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     two more arguments, when given, are where the block's keyword lines start (prefilter.hit_lines) and, when
     not None, the matches of the prefilter's extras in the gaps (Prefilter.scan).
 
-    One loop on purpose (about 80 lines): it is the hot path, and its three block paths (fast search, paste
+    One loop on purpose (about 85 lines): it is the hot path, and its three block paths (fast search, paste
     start, no prefilter) share the carried partial line, the line count and the follow window, which helpers
     would hand back and forth for every block.
     """
@@ -587,21 +587,9 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             continue
         block, carry = data[: cut + 1], data[cut + 1 :]
         if prefilter is not None:
-            # past the paste-sized start, a block of plain lines (most of a big log) is searched once for the
-            # keywords and the rare patterns the decoder and the series look for (hyperscan: one pass, not three)
-            scanned = _scan_plain(block, prefilter, shapes) if st.bytes > PASTE_MAX else None
-            decoded, shape_map = (block, None) if scanned is not None else shapes.decode_block(block)
-            # past the paste-sized start, or when the start is not a hard-wrapped paste: the same lines, found
-            # without a pass over each line of the block (request-logger and access lines are skipped where
-            # the search lands, not blanked beforehand; request-logger lines, most of the bytes when request
-            # logging is on, are not even searched). Without hyperscan, access lines are blanked all the same:
-            # one C-level test per line is far cheaper than the keyword regex crawling over them.
-            if (st.bytes > PASTE_MAX or not _hard_wrapped(decoded)) and not prefilter.plain(len(decoded)):
-                if scanned is None:
-                    gaps = _gaps(decoded, user_spans(decoded))
-                    starts, found = prefilter.hit_lines(decoded, gaps), None
-                else:
-                    gaps, starts, found = scanned
+            decoded, shape_map, searched = _searched(block, prefilter, shapes, st.bytes)
+            if searched is not None:
+                gaps, starts, found = searched
                 # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
                 index = LineIndex(decoded) if decoded is block else None
                 if on_block is not None:
@@ -642,6 +630,29 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     elif rest := shapes.flush():  # a shipper's partial line whose end never came
         yield from _block_lines(rest, max(number - 1, 0), prefilter, redact, 0, st, [0] * rest.count(b"\n"))
     st.lines = number
+
+
+def _searched(block: bytes, prefilter: Prefilter, shapes: Decoder, read: int
+              ) -> tuple[bytes, list[int] | None, tuple[list[tuple[int, int]] | None, list[int], Any] | None]:
+    """(decoded block, its line map or None, (gaps, hit starts, the extras' matches or None)) when the block's keyword
+    lines are found without a pass over each of its lines; the last item None for the paste path (`read`: bytes
+    read so far).
+
+    Past the paste-sized start, or when the start is not a hard-wrapped paste, the lines are found in place
+    (request-logger and access lines are skipped where the search lands, not blanked beforehand; request-logger
+    lines, most of the bytes when request logging is on, are not even searched). Past that start, a block of plain
+    lines (most of a big log) is searched once for the keywords and the rare patterns the decoder and the series
+    look for (hyperscan: one pass, not three). Without hyperscan, access lines are blanked all the same: one
+    C-level test per line is far cheaper than the keyword regex crawling over them.
+    """
+    scanned = _scan_plain(block, prefilter, shapes) if read > PASTE_MAX else None
+    if scanned is not None:
+        return block, None, scanned
+    decoded, shape_map = shapes.decode_block(block)
+    if (read > PASTE_MAX or not _hard_wrapped(decoded)) and not prefilter.plain(len(decoded)):
+        gaps = _gaps(decoded, user_spans(decoded))
+        return decoded, shape_map, (gaps, prefilter.hit_lines(decoded, gaps), None)
+    return decoded, shape_map, None
 
 
 def _scan_plain(block: bytes, prefilter: Prefilter, shapes: Decoder
