@@ -419,14 +419,13 @@ class Prefilter:
     def scan(self, block: bytes, gaps: list[tuple[int, int]] | None = None
              ) -> tuple[list[int], dict[BlockPattern, list[re.Match[bytes]]]]:
         """hit_lines, and the matches of each of `extras` in the same ranges: with hyperscan, all in one pass."""
+        ranges = [(0, len(block))] if gaps is None else gaps
         if self._searched + len(block) <= self.SMALL_INPUT or self._hyperscan() is None:
-            ranges = [(0, len(block))] if gaps is None else gaps
             return self.hit_lines(block, gaps), {p: [m for a, b in ranges for m in p.finditer(block, a, b)]
                                                  for p in self.extras}
         self._searched += len(block)
         ends: dict[int, list[int]] = {}
         starts = self._hit_lines_hs(block, gaps, ends)
-        ranges = [(0, len(block))] if gaps is None else gaps
         found: dict[BlockPattern, list[re.Match[bytes]]] = {}
         for i, p in enumerate(self.extras):
             mine = ends.get(len(self.keywords) + i, [])
