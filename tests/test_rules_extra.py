@@ -253,12 +253,12 @@ def test_an_unexplained_crash_reports_its_root_cause_not_the_wrapper():
            + "(EngineCore_0 pid=71) ERROR 06-01 10:00:11 [core.py:700] Traceback (most recent call last):\n"
            + '(EngineCore_0 pid=71) ERROR 06-01 10:00:11 [core.py:700]   File "/x/vllm/model_loader.py", line 9, '
              "in load_model\n"
-           + "(EngineCore_0 pid=71) ERROR 06-01 10:00:11 [core.py:700] RuntimeError: NVML_SUCCESS == r INTERNAL "
-             "ASSERT FAILED at CUDACachingAllocator.cpp:838\n"
+           + "(EngineCore_0 pid=71) ERROR 06-01 10:00:11 [core.py:700] RuntimeError: t == DeviceType::CUDA INTERNAL "
+             "ASSERT FAILED at CUDAGuardImpl.h:25\n"
            + WRAPPER)
     f, report = primary(log)
     assert f.rule.id == "unrecognized-failure" and f.stage == "loading"
-    assert f.facts["exception"] == "RuntimeError" and f.facts["message"].startswith("NVML_SUCCESS")
+    assert f.facts["exception"] == "RuntimeError" and f.facts["message"].startswith("t == DeviceType::CUDA")
     assert len([x for x in report.findings if x.rule.id == "unrecognized-failure"]) == 1
 
 
