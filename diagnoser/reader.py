@@ -932,13 +932,10 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         return
     if starts is None:
         starts = prefilter.hit_lines(block)
-    # a keyword-dense block (every line a hit: the first starts the block, the last ends it): one line shape
-    # decides once (shaped.py). Tested before the block's lines are counted, which would be a second pass.
-    if (index is not None and line_map is None and starts and starts[0] == 0
-            and block.find(b"\n", starts[-1]) == len(block) - 1):
+    if index is not None and line_map is None:  # a keyword-dense block: one line shape decides once (shaped.py)
         from .shaped import dense_lines
 
-        dense = dense_lines(block, first_number, starts, index.at(len(block)), redact, st)
+        dense = dense_lines(block, first_number, starts, index, redact, st)
         if dense is not None:
             yield from dense
             return

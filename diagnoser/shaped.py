@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .keywords import lowered
-from .reader import RANK_IN_PROC, USER_CONTENT_MARKERS, Line, ReadStats, _physical_to_lines
+from .reader import RANK_IN_PROC, USER_CONTENT_MARKERS, Line, LineIndex, ReadStats, _physical_to_lines
 from .redact import LONG_TEXT, Redactor, maybe_secret
 
 #: shapes remembered at most (a log of endlessly new shapes only pays one dict lookup a line)
@@ -71,15 +71,19 @@ def shape_key(text: str) -> bytes:
 _last: tuple[str | None, bytes] = (None, b"")
 
 
-def dense_lines(block: bytes, first_number: int, starts: list[int], lines: int, redact: Callable[[str], str] | None,
-                st: ReadStats) -> Iterator[Line] | None:
+def dense_lines(block: bytes, first_number: int, starts: list[int], index: LineIndex,
+                redact: Callable[[str], str] | None, st: ReadStats) -> Iterator[Line] | None:
     """The Lines of a block in which every line holds a keyword, as reader._block_lines yields them; None when
     the block is not such a block (the general path then reads it).
 
     Every line is then a keyword line of its own, none is a request-logger or access line (no marker, no
-    ` HTTP/` in the block): the general path selects each line once, none as a follow line.
+    ` HTTP/` in the block): the general path selects each line once, none as a follow line. The first and the
+    last hit are tested before the block's lines are counted (`index`), which would be a pass over a block the
+    general path then counts again.
     """
-    if len(starts) != lines or not lines or block.find(b" HTTP/") != -1 or any(
+    if not starts or starts[0] != 0 or block.find(b"\n", starts[-1]) != len(block) - 1:
+        return None
+    if len(starts) != index.at(len(block)) or block.find(b" HTTP/") != -1 or any(
             block.find(m) != -1 for m in USER_CONTENT_MARKERS):
         return None
     return _lines(block, first_number, redact, st)
