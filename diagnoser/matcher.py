@@ -390,14 +390,16 @@ class Matcher:
     def _window_truth(self, source: str, facts: Mapping[str, Any]) -> bool:
         """A window-local `when` on a window's facts, remembered by the values of the names it reads (a long
         series repeats a few: `points >= 3 and running >= 8` sees small counts)."""
+        names = _names(source)
+        values = tuple(facts.get(n, _ABSENT) for n in names)
         # (the type too: 3 and 3.0 are equal keys, and an expression may tell them apart)
-        key = (source, tuple((v, type(v)) for v in (facts.get(n, _ABSENT) for n in _names(source))))
+        key = (source, tuple((v, type(v)) for v in values))
         try:
             found = self._window_verdicts.get(key)
         except TypeError:  # a value that is a dict or a list: evaluated each time
-            return self.ev.truth(source, template_names(dict(facts), {}))
+            return self.ev.truth(source, _window_scope(facts, names, values))
         if found is None:
-            found = remember(self._window_verdicts, key, self.ev.truth(source, template_names(dict(facts), {})))
+            found = remember(self._window_verdicts, key, self.ev.truth(source, _window_scope(facts, names, values)))
         return found
 
     @property
@@ -634,6 +636,14 @@ def _window_local(source: str) -> bool:
 
 
 _ABSENT = object()
+
+
+def _window_scope(facts: Mapping[str, Any], names: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
+    """What a window-local expression sees: only the facts it names (`values`: theirs, in `names`' order), not
+    every fact of the window (the time labels cost a strftime each); all of them when it reads `facts` itself."""
+    if "facts" in names:
+        return template_names(dict(facts), {})
+    return template_names({n: v for n, v in zip(names, values, strict=True) if v is not _ABSENT}, {})
 
 
 @functools.lru_cache(maxsize=256)
