@@ -570,9 +570,9 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
         if not chunk:
             break
         st.bytes += len(chunk)
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n")
+        cut = chunk.rfind(b"\n")  # (`carry` never holds a newline)
         if cut == -1:
+            data = carry + chunk if carry else chunk
             if len(data) < MAX_LINE:
                 carry = data
                 continue
@@ -584,7 +584,9 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
                 yield line
             carry = data[end:]
             continue
-        block, carry = data[: cut + 1], data[cut + 1 :]
+        # the block of whole lines: one copy (a concatenation, then a slice of it, were two 1 MB copies a block)
+        block = chunk if not carry and cut + 1 == len(chunk) else b"".join((carry, memoryview(chunk)[: cut + 1]))
+        carry = chunk[cut + 1 :]
         if prefilter is not None:
             decoded, shape_map, searched = _searched(block, prefilter, shapes, st.bytes)
             if searched is not None:
