@@ -766,12 +766,14 @@ def is_user_content(block: bytes, start: int) -> bool:
     """Whether blank_user_content would empty the line of `block` starting at `start` (one line's test)."""
     end = block.find(b"\n", start)
     end = len(block) if end == -1 else end
+    if ACCESS.search(block, start, min(end, start + USER_CONTENT_REACH + 40)) is not None:
+        return True  # (the common case first: an access line)
     reach = min(end, start + _MARKER_REACH)
     if block.find(b"]", start, reach) != -1:  # memchr first: every marker starts with "]"
         for marker in USER_CONTENT_MARKERS:
             if block.find(marker, start, reach) != -1:
                 return True
-    return ACCESS.search(block, start, min(end, start + USER_CONTENT_REACH + 40)) is not None
+    return False
 
 
 #: What a wrapped piece may not start with: a prefix of its own means a new record, not a piece.
@@ -948,35 +950,35 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         starts = [s for s in starts if not blank(block, s)]
     # the first lines of the block may still be owed as follow lines of the previous block
     pos, number, emitted_upto = 0, first_number, -1
-    selected: list[tuple[int, bool]] = []
+    # offset -> whether it is only a follow line (a keyword line wins over a follow flag for the same line)
+    best: dict[int, bool] = {}
     lead = pending_follow
     while lead > 0 and pos < len(block):
-        selected.append((pos, True))
+        best[pos] = True
         pos = block.find(b"\n", pos) + 1
         lead -= 1
+    end_of_block = len(block)
     for s in starts:
-        selected.append((s, False))
-        width = _width(block, s)
+        best[s] = False
         if s > 0 and not RECORD_START.match(block, s, s + 160):
             # a line without a header may be the second piece of a wrapped message: keep the piece before it
             prev = block.rfind(b"\n", 0, s - 1) + 1
             if _width(block, prev, blank) >= WRAP_MIN_WIDTH:
-                selected.append((prev, True))
-        p, prev_width, kept = s, width, 0
-        while kept < WRAP_MAX:
+                best.setdefault(prev, True)
+        # past FOLLOW lines, only the pieces of a hard-wrapped message: each as wide as the keyword line, which
+        # is at least WRAP_MIN_WIDTH (so the widths are measured only from the FOLLOW-th line on, if at all)
+        p, width, p_before = s, -1, s
+        for kept in range(WRAP_MAX):
             p = block.find(b"\n", p) + 1
-            if p <= 0 or p >= len(block):
+            if p <= 0 or p >= end_of_block or (kept > FOLLOW - 1 and _width(block, p_before, blank) != width):
                 break
-            # past FOLLOW lines, only the pieces of a hard-wrapped message (the line before had the same width)
-            if kept >= FOLLOW and not (prev_width == width >= WRAP_MIN_WIDTH):
-                break
-            selected.append((p, True))
-            kept += 1
-            prev_width = _width(block, p, blank)
-    # keyword lines win over follow flags; sort by offset and de-duplicate
-    best: dict[int, bool] = {}
-    for off, follow in selected:
-        best[off] = best.get(off, True) and follow
+            best.setdefault(p, True)
+            if kept >= FOLLOW - 1:
+                if width == -1:
+                    width = _width(block, s)
+                    if width < WRAP_MIN_WIDTH:
+                        break
+                p_before = p
     last_off = 0
     for off in sorted(best):
         if off <= emitted_upto or (blank is not None and blank(block, off)):
