@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+from diagnoser import reader
 from diagnoser.reader import Prefilter, ReadStats, clean_text, parse_line, read_lines, split_flattened
 
 
@@ -81,6 +82,32 @@ def test_prefilter_keeps_keyword_lines_and_followers_only():
     assert texts[0] == "ValueError: KV cache is needed" and out[0].number == 51
     assert texts[1:4] == ["wrapped tail", "more", "more2"] and all(ln.follow for ln in out[1:4])
     assert "last" not in texts and st.lines == 105
+
+
+def test_past_the_follow_lines_only_pieces_of_a_hard_wrap_are_kept(monkeypatch):
+    """A terminal cuts a long message into pieces as wide as its first line: past FOLLOW lines, a line is kept
+    while the one before it is that wide; the last piece (shorter) still belongs, the line after it does not.
+    (Past the paste-sized start, where wrapped pieces are not joined beforehand.)"""
+    monkeypatch.setattr(reader, "PASTE_MAX", 0)
+    body = b"".join(b"noise %d\n" % i for i in range(20))
+    first = b"ValueError: KV cache is needed " + b"w" * 49  # 80 columns
+    pieces = [b"%d" % i + b"p" * 79 for i in range(5)] + [b"short tail"]
+    data = body + first + b"\n" + b"\n".join(pieces) + b"\nnext line\nanother\n" + body
+    out, _ = lines_of(data, ["kv cache is needed"])
+    texts = [ln.text for ln in out]
+    assert texts == [first.decode(), *(p.decode() for p in pieces)]
+    # the FOLLOW-th line is short: the message ended there, the wide line after it is another one
+    data = body + first + b"\n" + b"\n".join([*pieces[:2], b"end", pieces[3]]) + b"\n" + body
+    out, _ = lines_of(data, ["kv cache is needed"])
+    assert [ln.text for ln in out][1:] == [pieces[0].decode(), pieces[1].decode(), "end"]
+    # a keyword line too short to be a wrapped piece keeps its FOLLOW lines only, however wide they are
+    data = body + b"ValueError: KV cache is needed\n" + b"\n".join(pieces) + b"\n" + body
+    out, _ = lines_of(data, ["kv cache is needed"])
+    assert [ln.text for ln in out][1:] == [p.decode() for p in pieces[:3]]
+    # at most WRAP_MAX pieces of one message
+    data = body + first + b"\n" + b"\n".join([b"q" * 80] * 20) + b"\n" + body
+    out, _ = lines_of(data, ["kv cache is needed"])
+    assert len(out) == 1 + 12
 
 
 def test_huge_single_line_is_read_in_pieces(monkeypatch):
