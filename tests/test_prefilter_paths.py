@@ -158,6 +158,7 @@ def test_keyword_index_finds_the_same_keywords_keyword_by_keyword_and_by_engine(
     texts = [t.lower() for t in _block(3).decode().splitlines() if t] * 3
     small, engine = keywords.KeywordIndex(lists), keywords.KeywordIndex(lists)
     monkeypatch.setattr(keywords, "HS_AFTER", len(texts))
+    monkeypatch.setattr(keywords, "SMALL_TESTS", len(texts) * len(small.words))
     got = [small.present(t) for t in texts]
     assert small._search is None and small._hs is None  # neither engine was built
     monkeypatch.setattr(keywords, "HS_AFTER", 0)
