@@ -60,6 +60,7 @@ _SIGN = rb"vllm|(?:info|warning|error|debug|critical) \d\d-\d\d \d\d:\d\d:\d\d"
 _VLLM_SIGN = BlockPattern(re.compile(_SIGN), 40)
 _VLLM_SIGN_ANYCASE = BlockPattern(re.compile(_SIGN, re.IGNORECASE), 40)
 _SIGN_MAX = 32  #: bytes of the longest sign, at least: what a sign cut between two chunks has in each
+_SIGN_HEAD = 4096  #: bytes of a chunk searched for a sign before the whole of it
 
 
 class _Sniffer:
@@ -74,11 +75,17 @@ class _Sniffer:
     def read1(self, n: int = -1) -> bytes:
         chunk = self._read(n)
         if not self.found and chunk:
-            if len(chunk) >= SMALL_BLOCK and _VLLM_SIGN_ANYCASE.accelerated:  # no lower-cased copy of the chunk
-                self.found = (_VLLM_SIGN.search((self._tail + chunk[:_SIGN_MAX]).lower())
-                              or _VLLM_SIGN_ANYCASE.search(chunk))
-            else:
-                self.found = _VLLM_SIGN.search((self._tail + chunk).lower())
+            big = len(chunk) >= SMALL_BLOCK
+            if big:
+                # a log shows its sign in its first lines: the head is searched as a short chunk is, and only a
+                # chunk without one there pays for hyperscan's database (compiled on first use, ~8 ms)
+                self.found = _VLLM_SIGN.search((self._tail + chunk[:_SIGN_HEAD]).lower())
+            if not self.found:
+                if big and _VLLM_SIGN_ANYCASE.accelerated:  # no lower-cased copy of the chunk
+                    self.found = (_VLLM_SIGN.search((self._tail + chunk[:_SIGN_MAX]).lower())
+                                  or _VLLM_SIGN_ANYCASE.search(chunk))
+                else:
+                    self.found = _VLLM_SIGN.search((self._tail + chunk).lower())
             self._tail = chunk[-_SIGN_MAX:]
         return chunk
 

@@ -79,6 +79,20 @@ def test_check_on_input_without_vllm(content, tmp_path, doctor):
     assert doc["notes"] == [f"no vLLM log found in {log}"]
 
 
+@pytest.mark.parametrize("where", [None, 10, 5_000, 70_000, 1_048_565])
+def test_a_vllm_sign_anywhere_in_a_big_input_is_seen(where):
+    """The sign (vLLM's name or its `LEVEL MM-DD HH:MM:SS` header) is looked for in a chunk's head first: one
+    anywhere else, or cut between two chunks, still counts; an input without one is no vLLM log."""
+    import io
+
+    from diagnoser.engine import diagnose
+
+    junk = bytearray(b"build step ok, nothing to see here\n" * 60_000)  # 2.1 MB: several chunks
+    if where is not None:
+        junk[where:where + 22] = b"WARNING 05-01 10:00:00"  # straddles the first 1 MiB chunk's end at 1_048_565
+    assert diagnose(io.BytesIO(bytes(junk)), "x").vllm_seen is (where is not None)
+
+
 def test_check_on_stdin_without_vllm(doctor, tmp_path):
     one_line_error(doctor("check", stdin=b"", cwd=tmp_path), "no vLLM log found in stdin")
 
