@@ -434,10 +434,10 @@ class Matcher:
             if line.user_content or not line.text:
                 return
             long = len(line.text) >= LONG_TEXT  # never repeats its shape: no key (see ShapeCache.matches)
-            low = None if long else lowered(line.text)  # a long text's only when a keyword is there
+            low = None  # lower-cased when a rule is a candidate (a long text's only when a keyword is there)
             entries = self.entries
             key = b"" if long else shape_key(line.text)
-            candidates = [entries[i] for i in self._shapes.matches(line.text, low, key or None)]
+            candidates = [entries[i] for i in self._shapes.matches(line.text, None, key or None)]
             if not candidates:
                 wrapped = self._wrapped_candidates(line)
                 if wrapped is None:

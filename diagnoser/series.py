@@ -88,7 +88,7 @@ def vllm_time_seconds(text: str, year: int = 2000) -> float | None:
     m = VLLM_TIME.match(text)
     if not m:
         return None
-    mo, d, h, mi, s = (int(g) for g in m.groups())
+    mo, d, h, mi, s = map(int, m.groups())
     days = _month_start(year, mo)
     # calendar.timegm's own arithmetic (linear in the day and the time), the month's start computed once
     return None if days is None else float((((days + d - 1) * 24 + h) * 60 + mi) * 60 + s)

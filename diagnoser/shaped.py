@@ -168,10 +168,10 @@ class ShapeCache:
             # a long text (a piece of an enormous line) never repeats its shape: its key would cost a pass
             # and pin a megabyte in the cache for nothing (nor is it lower-cased for this: present_in)
             return self.index.matches_in(text)
-        low = lowered(text) if low is None else low
         key = shape_key(text) if key is None else key
         cached = self._cache.get(key)
         if cached is None:
+            low = lowered(text) if low is None else low
             present = self.index.present(low)
             # a keyword with digits can only be where the shape has its shape: tested on each line, if at all
             low_key = shape_key(low)
@@ -180,7 +180,8 @@ class ShapeCache:
                                                  self.index.owners(words) if words else []))
         words, maybe, owners = cached
         if not maybe:
-            return owners
+            return owners  # (the text is lower-cased only for a new shape, or one whose keywords have digits)
+        low = lowered(text) if low is None else low
         found = [*words, *(w for w in maybe if w in low)]
         return self.index.owners(found) if found else []
 
