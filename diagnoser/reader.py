@@ -641,14 +641,15 @@ def _searched(block: bytes, prefilter: Prefilter, shapes: Decoder, read: int
 
     Past the paste-sized start, or when the start is not a hard-wrapped paste, the lines are found in place
     (request-logger and access lines are skipped where the search lands, not blanked beforehand; request-logger
-    lines, most of the bytes when request logging is on, are not even searched). Past that start, a block of plain
-    lines (most of a big log) is searched once for the keywords and the rare patterns the decoder and the series
-    look for (hyperscan: one pass, not three). Without hyperscan, access lines are blanked all the same: one
+    lines, most of the bytes when request logging is on, are not even searched). There, a block of plain lines
+    (most of a big log) is searched once for the keywords and the rare patterns the decoder and the series look
+    for (hyperscan: one pass, not three). Without hyperscan, access lines are blanked all the same: one
     C-level test per line is far cheaper than the keyword regex crawling over them.
     """
-    scanned = _scan_plain(block, prefilter, shapes) if read > PASTE_MAX else None
-    if scanned is not None:
-        return block, None, scanned
+    if read > PASTE_MAX or not (shapes.has_records(block) or _hard_wrapped(block)):
+        scanned = _scan_plain(block, prefilter, shapes)
+        if scanned is not None:
+            return block, None, scanned
     decoded, shape_map = shapes.decode_block(block)
     if (read > PASTE_MAX or not _hard_wrapped(decoded)) and not prefilter.plain(len(decoded)):
         gaps = _gaps(decoded, user_spans(decoded))
