@@ -41,7 +41,7 @@ PLAIN = re.compile(
     rb"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? "
     rb"(?:\[([^\]\s]+:\d+)\]|([\w./-]+:\d+)\])[ \t]?[A-Za-z][ -~]*")
 
-_verdicts: dict[bytes, bool] = {}
+_verdicts: dict[bytes, Any] = {}  #: a shape's PLAIN spans when its lines take the fast path, else False
 
 
 def remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
@@ -108,50 +108,54 @@ def physical_lines(number: int, raw: bytes, redact: Callable[[str], str] | None,
     the module's docstring). A follow line, or one after a redactor's carry, goes the slow way."""
     fresh = not follow and (redact is None or (isinstance(redact, Redactor) and redact._carry is None))
     key = raw.translate(ZEROS)
-    good = _verdicts.get(key)
-    if good and fresh:
-        m = PLAIN.fullmatch(raw)
-        if m is not None:  # always, for a good shape; a guard all the same
-            return (_fast_line(number, raw, m),)
+    spans = _verdicts.get(key)
+    if spans and fresh:
+        return (_fast_line(number, raw, spans),)
     slow = list(_physical_to_lines(number, raw, redact, follow))
-    if good is None and fresh:
-        remember(_verdicts, key, _fast_equals(raw, number, slow))
+    if spans is None and fresh:
+        remember(_verdicts, key, _fast_spans(raw, number, slow))
     return slow
 
 
-def _fast_line(number: int, raw: bytes, m: re.Match[bytes]) -> Line:
-    """The Line parse_line makes of a PLAIN line: the tag's process and pid, the header's fields, the message
+Spans = tuple[tuple[int, int], ...]  #: a PLAIN match's group spans (Match.regs)
+
+
+def _fast_line(number: int, raw: bytes, spans: Spans) -> Line:
+    """The Line parse_line makes of a PLAIN line whose match has these group spans (the same in every line of
+    its shape: PLAIN tells no digit from another): the tag's process and pid, the header's fields, the message
     after it, right-stripped (`raw` without the tag's two colour escapes, as clean_text leaves it)."""
-    start = (m.end(7) if m.start(7) != -1 else m.end(8)) + 1  # past the source's "]"
+    (a7, b7), (a8, b8) = spans[7], spans[8]
+    source = raw[a7:b7] if a7 != -1 else raw[a8:b8]
+    start = (b7 if a7 != -1 else b8) + 1  # past the source's "]"
     if raw[start:start + 1] in (b" ", b"\t"):
         start += 1
-    source = (m.group(7) or m.group(8)).decode()
-    if m.start(2) == -1:
+    level, timestamp = raw[slice(*spans[5])].decode(), raw[slice(*spans[6])].decode()
+    if spans[2][0] == -1:
         text = raw.decode("ascii")
-        return Line(number=number, text=text[start:].rstrip(), raw=text, level=m.group(5).decode(),
-                    timestamp=m.group(6).decode(), source=source)
+        return Line(number=number, text=text[start:].rstrip(), raw=text, level=level, timestamp=timestamp,
+                    source=source.decode())
+    process, pid = raw[slice(*spans[2])].decode(), int(raw[slice(*spans[3])])
     for group in (4, 1):  # the tag's colour escapes go (the right one first: the left one's span holds)
-        a, b = m.span(group)
+        a, b = spans[group]
         if a != -1:
             raw = raw[:a] + raw[b:]
             start -= b - a
     text = raw.decode("ascii")
-    process = m.group(2).decode()
     rank = RANK_IN_PROC.search(process)
-    return Line(number=number, text=text[start:].rstrip(), raw=text, process=process, pid=int(m.group(3)),
-                rank=int(rank.group(1)) if rank else None, level=m.group(5).decode(), timestamp=m.group(6).decode(),
-                source=source)
+    return Line(number=number, text=text[start:].rstrip(), raw=text, process=process, pid=pid,
+                rank=int(rank.group(1)) if rank else None, level=level, timestamp=timestamp, source=source.decode())
 
 
-def _fast_equals(raw: bytes, number: int, slow: list[Line]) -> bool:
-    """Whether this shape's slow result is the fast Line: one line, the header's fields, nothing redacted."""
+def _fast_spans(raw: bytes, number: int, slow: list[Line]) -> Spans | bool:
+    """This shape's PLAIN spans when its slow result is the fast Line (one line, the header's fields, nothing
+    redacted), else False."""
     m = PLAIN.fullmatch(raw)
     if m is None or len(slow) != 1 or len(raw) >= LONG_TEXT:
         return False
-    fast = _fast_line(number, raw, m)
+    fast = _fast_line(number, raw, m.regs)
     if maybe_secret(fast.raw.lower()):  # the redactor would look (hints hold no digit: one answer a shape)
         return False
-    return fast == slow[0]
+    return m.regs if fast == slow[0] else False
 
 
 class ShapeCache:
