@@ -13,7 +13,7 @@ import functools
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 #: hyperscan (when installed, else the trie regex) searches texts this long, and every text after this many:
@@ -327,21 +327,34 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool | Sequenc
         flags = [(hyperscan.HS_FLAG_CASELESS if c else 0) | single for c in caseless]
         head = f"hyperscan {hyperscan.__version__} {' '.join(map(str, flags))}"
     key = datafiles.content_key([f"{head} {len(patterns)}".encode(), *words, *patterns])
+    expressions = [*(b"".join(b"\\x%02x" % c for c in w) for w in words), *patterns]
+    return stored_database(name, key, expressions, flags + [0] * len(patterns),
+                           lambda db: _finds_every_word(db, words))
+
+
+def stored_database(name: str, key: str, expressions: Sequence[bytes], flags: Sequence[int],
+                    check: Callable[[Any], bool] | None = None) -> Any:
+    """A hyperscan block-mode database of `expressions` (id = index): the compiled form kept in the user's cache
+    under (`name`, `key`) when it loads (and passes `check`), else compiled now and kept for the next run; None
+    when hyperscan cannot build it. `key` says everything the database is built from, hyperscan's version too."""
+    import hyperscan
+
+    from . import datafiles
+
     stored = datafiles.read_blob(name, key)
     if stored is not None:
         try:
             db = hyperscan.loadb(stored, hyperscan.HS_MODE_BLOCK)
             db.scratch = hyperscan.Scratch(db)  # a loaded database comes without one (compile() makes it)
-            if _finds_every_word(db, words):
+            if check is None or check(db):
                 return db
         except Exception:  # noqa: BLE001 - corrupt, truncated, or for another platform: compile it again
             pass
     try:
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        expressions = [*(b"".join(b"\\x%02x" % c for c in w) for w in words), *patterns]
-        db.compile(expressions=expressions, ids=list(range(len(expressions))), elements=len(expressions),
-                   flags=flags + [0] * len(patterns))
-    except Exception:  # noqa: BLE001 - a broken or too-old build: the pure-Python search is always there
+        db.compile(expressions=list(expressions), ids=list(range(len(expressions))), elements=len(expressions),
+                   flags=list(flags))
+    except Exception:  # noqa: BLE001 - a broken or too-old build, or a pattern it refuses: the regex is there
         return None
     with contextlib.suppress(Exception):  # a database that cannot be serialized is simply not cached
         datafiles.write_blob(name, key, hyperscan.dumpb(db))
@@ -455,11 +468,14 @@ class BlockPattern:
             return None
         try:
             import hyperscan
-
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=[self.pattern.pattern], ids=[0], elements=1,
-                       flags=[hyperscan.HS_FLAG_CASELESS if self.pattern.flags & re.IGNORECASE else 0])
-        except Exception:  # noqa: BLE001 - no extra, or a pattern it refuses: the regex is always right
+        except ImportError:  # no extra: the regex is always right
             return None
-        self._hs = db
-        return db
+        from . import datafiles
+
+        flag = hyperscan.HS_FLAG_CASELESS if self.pattern.flags & re.IGNORECASE else 0
+        key = datafiles.content_key([f"hyperscan {hyperscan.__version__} {flag}".encode(), self.pattern.pattern])
+        # compiling takes 1-8 ms a pattern, loading the kept one a tenth of that; each pattern's file has a name of
+        # its own (datafiles keeps a few copies a name: another hyperscan's, not the other patterns')
+        name = "hs-pattern-" + datafiles.content_key([self.pattern.pattern])[:12]
+        self._hs = stored_database(name, key, [self.pattern.pattern], [flag])
+        return self._hs

@@ -9,6 +9,7 @@ import base64
 import json
 import marshal
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,27 @@ def test_a_corrupt_or_foreign_database_file_is_compiled_again(cache):
     key = path.name[len("hs-test-"):-len(".bin")]
     datafiles.write_blob("hs-test", key, hyperscan.dumpb(other))
     assert _ids(keywords.literal_database("hs-test", words), b"beta alpha") == {0, 1}
+
+
+def test_a_block_patterns_database_is_loaded_on_the_next_run_and_compiled_again_when_corrupt(cache, monkeypatch):
+    hyperscan = pytest.importorskip("hyperscan")
+    pattern = re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b')
+    text = b'x "GET / HTTP/1.1" 200 OK\n' * 5000 + b'y "POST /v1 HTTP/1.1" 503 Service Unavailable\n' * 3
+    want = [m.span() for m in pattern.finditer(text)]
+    assert [m.span() for m in keywords.BlockPattern(pattern, 20).finditer(text)] == want and len(want) == 3
+    (path,) = cache.glob("hs-pattern-*.bin")
+
+    def refuse(*_a, **_k):
+        raise AssertionError("compiled although a cached copy exists")
+
+    with monkeypatch.context() as m:
+        m.setattr(hyperscan, "Database", refuse)
+        again = keywords.BlockPattern(pattern, 20)  # a new run's
+        assert again.accelerated and [x.span() for x in again.finditer(text)] == want
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    assert [x.span() for x in keywords.BlockPattern(pattern, 20).finditer(text)] == want
 
 
 def test_hyperscan_works_with_a_cache_that_cannot_be_written(tmp_path, monkeypatch):
