@@ -5,8 +5,6 @@ corrupt, foreign or stale entry, or a cache directory that cannot be written, fa
 
 from __future__ import annotations
 
-import base64
-import json
 import marshal
 import os
 import re
@@ -179,7 +177,7 @@ def test_a_cached_template_renders_what_jinja2_compiles(cache, fresh_templates, 
     cold = sandbox.render(sandbox.template(env, ADVICE), {"flag": "--max-model-len", "value": 36864, "note": "x"})
     assert cold == "Set --max-model-len to 36,864 (x)."
     _new_run(monkeypatch)
-    assert list(cache.glob("templates-*.json"))
+    assert list(cache.glob("templates-*.bin"))
     env = sandbox.template_env()
     monkeypatch.setattr(env, "from_string", lambda *_a, **_k: pytest.fail("compiled although cached"))
     monkeypatch.setattr(env, "compile_expression", lambda *_a, **_k: pytest.fail("compiled although cached"))
@@ -246,22 +244,19 @@ def test_corrupt_or_tampered_template_entries_fall_back_to_jinja2(cache, fresh_t
     env = sandbox.template_env()
     sandbox.template(env, ADVICE)
     _new_run(monkeypatch)
-    (path,) = cache.glob("templates-*.json")
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["value"] = {k: "not base64!" for k in doc["value"]}
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    (path,) = cache.glob("templates-*.bin")
+    key = path.name[len("templates-"):-len(".bin")]
+    entries = marshal.loads(datafiles.read_blob("templates", key))
+    datafiles.write_blob("templates", key, marshal.dumps({k: b"not marshal data" for k in entries}))
     names = {"flag": "--x", "value": 5, "note": None}
     assert sandbox.render(sandbox.template(sandbox.template_env(), ADVICE), names) == "Set --x to 5."
     _new_run(monkeypatch)
-    (path,) = cache.glob("templates-*.json")
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["value"] = {k: base64.b64encode(marshal.dumps(("not", "code"))).decode() for k in doc["value"]}
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    datafiles.write_blob("templates", key, marshal.dumps({k: marshal.dumps(("not", "code")) for k in entries}))
     names = {"flag": "--x", "value": 5, "note": None}
     assert sandbox.render(sandbox.template(sandbox.template_env(), ADVICE), names) == "Set --x to 5."
     _new_run(monkeypatch)
-    for p in cache.glob("templates-*.json"):
-        p.write_text("{not json", encoding="utf-8")
+    for p in cache.glob("templates-*.bin"):
+        p.write_bytes(p.read_bytes()[:40] + b"\xff\x00 truncated")
     assert sandbox.render(sandbox.template(sandbox.template_env(), ADVICE), names) == "Set --x to 5."
 
 
@@ -297,7 +292,7 @@ def _doctor(env_cache: str | None, *args: str) -> subprocess.CompletedProcess:
 def test_cold_warm_and_uncached_runs_say_the_same(tmp_path, args):
     folder = str(tmp_path / "cache")
     cold, warm, uncached = _doctor(folder, *args), _doctor(folder, *args), _doctor(None, *args)
-    assert list((tmp_path / "cache").glob("templates-*.json"))
+    assert list((tmp_path / "cache").glob("templates-*.bin"))
     blocker = tmp_path / "file"
     blocker.write_text("x", encoding="utf-8")
     unwritable = _doctor(str(blocker / "cache"), *args)
@@ -388,7 +383,7 @@ def test_cached_dataclasses_behave_as_the_standard_ones_cold_and_warm(cache, fre
     assert _behaviour(cold) == _behaviour(standard)
     assert not hasattr(dataclasses, "exec")  # dataclasses is left as it was found
     _new_run(monkeypatch)
-    assert list(cache.glob("dataclasses-*.json"))
+    assert list(cache.glob("dataclasses-*.bin"))
     monkeypatch.setattr(fastdataclass, "compile", lambda *_a, **_k: pytest.fail("compiled although cached"),
                         raising=False)
     _, warm = _build_classes()
@@ -416,14 +411,14 @@ def test_a_bad_dataclass_fails_as_the_standard_one_and_leaves_dataclasses_alone(
 def test_corrupt_dataclass_entries_are_compiled_again(cache, fresh_templates, monkeypatch):
     standard, _ = _build_classes()
     _new_run(monkeypatch)
-    (path,) = cache.glob("dataclasses-*.json")
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["value"] = {k: base64.b64encode(marshal.dumps(("not", "code"))).decode() for k in doc["value"]}
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    (path,) = cache.glob("dataclasses-*.bin")
+    key = path.name[len("dataclasses-"):-len(".bin")]
+    entries = marshal.loads(datafiles.read_blob("dataclasses", key))
+    datafiles.write_blob("dataclasses", key, marshal.dumps({k: marshal.dumps(("not", "code")) for k in entries}))
     _, again = _build_classes()
     assert _behaviour(again) == _behaviour(standard)
     _new_run(monkeypatch)
-    path.write_text("{not json", encoding="utf-8")
+    path.write_bytes(b"not a blob at all")
     monkeypatch.setenv("VLLM_DOCTOR_NO_CACHE", "1")
     _, uncached = _build_classes()
     assert _behaviour(uncached) == _behaviour(standard)
