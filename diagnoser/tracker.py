@@ -12,7 +12,6 @@ engine `with config:` line and the memory lines; rules read it for advice and th
 from __future__ import annotations
 
 import ast
-import contextlib
 import re
 from dataclasses import field, fields
 from functools import cached_property, lru_cache
@@ -432,8 +431,11 @@ class Tracker:
         ctx.last_stats_text = text[:300]
         got = _STATS_PLANS(text)
         if got["kv_pct"]:
-            with contextlib.suppress(ValueError):  # '1.2.3' fits [\d.]+ and is no number
+            try:  # (a try costs nothing when nothing is raised; a `with suppress` an object a stats line)
                 pct = float(text[slice(*got["kv_pct"])])
+            except ValueError:  # '1.2.3' fits [\d.]+ and is no number
+                pass
+            else:
                 ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
         if got["running"]:
             ctx.max_running_reqs = max(int(text[slice(*got["running"])]), ctx.max_running_reqs or 0)
