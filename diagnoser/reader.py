@@ -971,7 +971,7 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         p, width, p_before = s, -1, s
         for kept in range(WRAP_MAX):
             p = block.find(b"\n", p) + 1
-            if p <= 0 or p >= end_of_block or (kept > FOLLOW - 1 and _width(block, p_before, blank) != width):
+            if p <= 0 or p >= end_of_block or (kept >= FOLLOW and _width(block, p_before, blank) != width):
                 break
             best.setdefault(p, True)
             if kept >= FOLLOW - 1:
