@@ -322,7 +322,8 @@ class Matcher:
         """Hits of the rules' `series:` entries: one per window the serving series found (or per engine for
         whole-series summaries), filtered by the entry's and the rule's `when` like any line's hit."""
         ctx = self._ctx_source.as_dict() if self._ctx_source is not None else {}
-        out: list[tuple[int, Hit | None]] = []  # None: folded, held whole only if `firsts` still has it
+        plain: list[tuple[int, Hit]] = []  # (arrival, hit) of the other rules' hits, each its own finding
+        arrivals = 0
         firsts: dict[str, _Firsts] = {}
         for rule, pattern, _ in self.entries:
             if pattern.series is None:
@@ -337,17 +338,17 @@ class Matcher:
                 line = evidence[0] if evidence else Line(number=0, text="", raw="")
                 hit = Hit(rule=rule, pattern=pattern, line=line, end_line=line.number, stage="serving",
                           fine_stage="serving", facts=facts, evidence=evidence)
+                arrivals += 1
                 if not rule.aggregate:
-                    out.append((len(out), hit))
+                    plain.append((arrivals, hit))
                     continue
                 kept = self.folds.setdefault(rule.id, Fold(MAX_EVIDENCE)).add(hit)
-                firsts.setdefault(rule.id, _Firsts(MAX_EVIDENCE)).add(len(out), hit, kept)
-                out.append((len(out), None))
+                firsts.setdefault(rule.id, _Firsts(MAX_EVIDENCE)).add(arrivals, hit, kept)
         # an aggregate rule's hits are folded as they come: kept whole are those the fold asks for and the
-        # first ones in line order (the finding's first hit and evidence); the rest are never held together
-        # (constant memory on a long series of windows)
+        # first ones in line order (the finding's first hit and evidence); the rest are never held, not even
+        # as a place in a list (constant memory on a long series of windows)
         whole = {i: h for f in firsts.values() for i, h in f.held()}
-        hits = [h if h is not None else whole[i] for i, h in out if h is not None or i in whole]
+        hits = [h for _, h in sorted([*plain, *whole.items()], key=lambda e: e[0])]
         self.hits.extend(hits)
         return hits
 

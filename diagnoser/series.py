@@ -16,11 +16,11 @@ from __future__ import annotations
 import calendar
 import contextlib
 import datetime
+import operator
 import re
-from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import field
+from dataclasses import field, fields
 from functools import lru_cache
 from typing import Any
 
@@ -480,25 +480,28 @@ def _median(values: Iterable[float]) -> float:
 WindowFilter = Callable[[str, Mapping[str, Any]], bool]
 
 
-class Windows(list):  # type: ignore[type-arg]
+class Windows:
     """One detector's closed windows, in order. A window that no rule can report (its `when` is false on the
     window's own facts) is counted, and kept (without its lines) only if it is among the first MAX_WINDOWS
-    that the JSON lists: a stats-only log of any length holds a bounded number of windows."""
+    that the JSON lists. The others are held: the first MAX_WINDOWS in memory, the rest spilled to a temporary
+    file (_Spill) and read back in order at the end, so a log of any length holds a bounded number of windows
+    and every report is what holding them all gives."""
 
     def __init__(self, kind: str, keep: WindowFilter | None, evidence: int | None = None) -> None:
-        super().__init__()
         self.kind, self.keep = kind, keep
         self.total = 0
-        self.seconds = array("d")  #: every window's length in order (saturated_seconds sums them)
+        self.seconds = 0.0  #: the windows' lengths summed in order (saturated_seconds adds them up)
         #: distinct evidence lines after which a reported window's lines no longer show (Matcher.series_evidence)
         self.evidence = evidence
         self._shown: set[str] = set()  #: the distinct evidence lines of the reported windows so far, up to that
+        self._held: list[Window] = []  #: the first MAX_WINDOWS windows held
+        self._spill: _Spill | None = None  #: the rest
 
-    def append(self, w: Window) -> None:  # type: ignore[override]
+    def append(self, w: Window) -> None:
         w.index = self.total
         self.total += 1
         if self.kind == "saturation":
-            self.seconds.append(w.seconds)
+            self.seconds += w.seconds
         if self.keep is not None and not self.keep(self.kind, LocalFacts(w)):
             if w.index >= MAX_WINDOWS:
                 return
@@ -513,7 +516,111 @@ class Windows(list):  # type: ignore[type-arg]
                 w.peak_line = None
             else:
                 self._shown.update(ln.text.strip() for ln in (w.first_line, w.peak_line) if ln is not None)
-        super().append(w)
+        if len(self._held) < MAX_WINDOWS:
+            self._held.append(w)
+            return
+        if self._spill is None:
+            self._spill = _Spill()
+        self._spill.add(_window_record(w))
+
+    def first(self, n: int) -> list[Window]:
+        """The first n windows held (n <= MAX_WINDOWS: those the JSON lists)."""
+        return self._held[:n]
+
+    def __iter__(self) -> Iterator[Window]:
+        yield from self._held
+        if self._spill is not None:
+            kind = self.kind
+            for record in self._spill:
+                yield _window_of(kind, record)
+
+    def __len__(self) -> int:
+        """The windows held (in memory or spilled): every window a rule may report, and the first dropped ones."""
+        return len(self._held) + (len(self._spill) if self._spill is not None else 0)
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
+
+
+SPILL_BATCH = 512  #: windows written to the spill file at a time
+
+
+class _Spill:
+    """Records (tuples of plain values) appended in order and read back in that order, in constant memory: in
+    batches of SPILL_BATCH, marshalled to an anonymous temporary file (unlinked at once, gone at exit). When no
+    such file can be made or written (no $TMPDIR, a full disk), the rest stay in memory, as before."""
+
+    def __init__(self) -> None:
+        self._file: Any = None
+        self._end = 0               #: bytes of whole batches in the file
+        self._failed = False        #: no file (or a write failed): records stay in `_memory`
+        self._memory: list[tuple[Any, ...]] = []
+        self._batch: list[tuple[Any, ...]] = []
+        self._count = 0
+
+    def add(self, record: tuple[Any, ...]) -> None:
+        self._count += 1
+        if self._failed:
+            self._memory.append(record)
+            return
+        batch = self._batch
+        batch.append(record)
+        if len(batch) >= SPILL_BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        import marshal
+
+        batch, self._batch = self._batch, []
+        try:
+            if self._file is None:
+                import tempfile  # here, not at the top: only a log with many windows pays for its import
+
+                self._file = tempfile.TemporaryFile(prefix="vllm-doctor-windows-")  # noqa: SIM115 - closed at exit
+            data = marshal.dumps(batch)
+            self._file.seek(self._end)
+            self._file.write(data)
+            self._file.flush()
+            self._end += len(data)
+        except (OSError, ValueError):  # no temporary file, or the disk is full: the rest in memory
+            self._failed = True
+            self._memory.extend(batch)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        if self._file is not None and self._end:
+            import marshal
+
+            self._file.seek(0)
+            while self._file.tell() < self._end:
+                yield from marshal.load(self._file)
+        yield from self._memory
+        yield from self._batch
+
+
+_LINE_STATE = operator.attrgetter(*(f.name for f in fields(Line)))
+_WINDOW_STATE = operator.attrgetter("engine", "start", "end", "step", "points", "peak_kv", "max_waiting",
+                                    "max_running", "preemptions", "extra", "_peak_score", "index", "dropped")
+
+
+def _window_record(w: Window) -> tuple[Any, ...]:
+    """A closed window as plain values (for _Spill): its figures, then its lines (the peak line True when it is
+    the first line, as one object)."""
+    first, peak = w.first_line, w.peak_line
+    return (*_WINDOW_STATE(w), None if first is None else _LINE_STATE(first),
+            None if peak is None else True if peak is first else _LINE_STATE(peak))
+
+
+def _window_of(kind: str, record: tuple[Any, ...]) -> Window:
+    """The window _window_record gave `record` for."""
+    (engine, start, end, step, points, peak_kv, max_waiting, max_running, preemptions, extra, peak_score, index,
+     dropped, first, peak) = record
+    first_line = None if first is None else Line(*first)
+    peak_line = None if peak is None else first_line if peak is True else Line(*peak)
+    return Window(kind, engine, start, end, step, first_line, peak_line, points, peak_kv, max_waiting, max_running,
+                  preemptions, extra, peak_score, index, dropped)
 
 
 class LocalFacts(Mapping[str, Any]):
@@ -912,7 +1019,7 @@ class Series:
 
     @property
     def saturated_seconds(self) -> float:
-        return sum(s for t in self.tracks.values() for s in t.windows["saturation"].seconds)
+        return sum(t.windows["saturation"].seconds for t in self.tracks.values())
 
     def windows(self, kind: str) -> Iterator[Window]:
         for track in self.tracks.values():
@@ -962,7 +1069,7 @@ class Series:
             "serving_seconds": round(self.serving_seconds, 1),
             "engines": {
                 e: {"points": t.buckets.points(self.clock), "bucket_points": t.buckets.width,
-                    "windows": {k: [w.as_dict(self.clock) for w in ws[:MAX_WINDOWS]] for k, ws in t.windows.items()
+                    "windows": {k: [w.as_dict(self.clock) for w in ws.first(MAX_WINDOWS)] for k, ws in t.windows.items()
                                 if ws}}
                 for e, t in sorted(self.tracks.items())
             },
