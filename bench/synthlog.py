@@ -9,7 +9,7 @@ come from `write_dense`.
 from __future__ import annotations
 
 import random
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 GENERATOR_VERSION = 4          #: bump when the log's content changes, so stale cached logs are rewritten
@@ -423,7 +423,11 @@ def write_log(path: Path, size_mb: float, seed: int, failure: str, mix: str = "r
             "expected_rule": rule, "bytes": written, "lines": lines, "failure_line": failure_line, **stats}
 
 
-DENSE = ("preemption", "stats", "stats-v1", "long-line")
+DENSE = ("preemption", "stats", "stats-v1", "stats-v1-tag", "stats-flip", "long-line")
+#: stats-flip's cycle of 16 intervals 10 s apart: (generation tokens/s, waiting, KV %); the three slow ones
+#: open a throughput collapse (running 40 holds) and a saturation window, which close again (a window that a
+#: rule reports every 16 lines: the series' worst case for memory)
+FLIP = [(200.0, 0, 50.0)] * 6 + [(50.0, 10, 97.0), (40.0, 15, 98.0), (45.0, 20, 97.5)] + [(200.0, 0, 50.0)] * 7
 #: other enormous lines, only when asked for (`--kind`): a JSON blob (accents, secrets now and then) and a log
 #: flattened onto one line (stats, access, preemption records and a failure)
 LONG = ("long-json", "long-flat")
@@ -487,8 +491,16 @@ def write_dense(path: Path, kind: str, size_mb: float, seed: int = 1) -> dict:
                         "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect "
                         "the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
                         f"provide more KV cache memory. total_num_cumulative_preemption={i}\n")
-            elif kind == "stats-v1":
-                text = (f"INFO {ts} [loggers.py:123] Engine 000: Avg prompt throughput: {rng.random() * 1000:.1f} "
+            elif kind == "stats-flip":
+                gen, waiting, kv = FLIP[i % len(FLIP)]
+                t = datetime.fromtimestamp(1704067200 + 10 * i, tz=timezone.utc)  # from 2024-01-01, 10 s apart
+                text = (f"{API}INFO {t:%m-%d %H:%M:%S} [loggers.py:123] Engine 000: Avg prompt throughput: "
+                        f"{rng.random() * 1000:.1f} tokens/s, Avg generation throughput: {gen:.1f} tokens/s, Running: "
+                        f"40 reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: "
+                        f"{rng.random() * 60:.1f}%\n")
+            elif kind in ("stats-v1", "stats-v1-tag"):
+                tag = API if kind == "stats-v1-tag" else ""  # vLLM's coloured process tag, as 0.11 prints it
+                text = (f"{tag}INFO {ts} [loggers.py:123] Engine 000: Avg prompt throughput: {rng.random() * 1000:.1f} "
                         f"tokens/s, Avg generation throughput: {rng.random() * 300:.1f} tokens/s, Running: "
                         f"{rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 5)} reqs, GPU KV cache usage: "
                         f"{rng.random() * 90:.1f}%, Prefix cache hit rate: {rng.random() * 60:.1f}%\n")
