@@ -151,3 +151,113 @@ def test_folded_window_hits_give_the_same_findings(monkeypatch):
     whole = diagnose_text(text)
     assert any(f.rule.id == "throughput-collapse" for f in folded.findings)
     assert report_dict(folded, series=True) == report_dict(whole, series=True)
+
+
+# -- a log of any length holds a bounded number of windows (issue 16 item 12) ------------------------------------
+
+
+def _saturated_every_minute(n: int) -> str:
+    """n V1 stats lines 61 s apart, each with the KV cache full and requests waiting: n saturation windows of one
+    interval each (points more than MERGE_GAP apart are separate windows), their figures cycling through 10."""
+    import datetime
+
+    start = datetime.datetime(2025, 3, 1, tzinfo=datetime.timezone.utc)
+    out = []
+    for i in range(n):
+        t = start + datetime.timedelta(seconds=61 * i)
+        out.append(f"INFO {t:%m-%d %H:%M:%S} [loggers.py:123] Engine 000: Avg prompt throughput: 100.0 tokens/s, "
+                   f"Avg generation throughput: 50.0 tokens/s, Running: {20 + i % 10} reqs, Waiting: {1 + i % 7} reqs, "
+                   f"GPU KV cache usage: {95.5 + i % 10 * 0.4:.1f}%, Prefix cache hit rate: 0.0%")
+    return "\n".join(out) + "\n"
+
+
+def _live_windows() -> int:
+    import gc
+
+    from diagnoser.series import Window
+
+    gc.collect()
+    return sum(isinstance(o, Window) for o in gc.get_objects())
+
+
+def test_ten_thousand_windows_report_what_ten_do():
+    """The preemption finding of 10,000 saturation windows: one hit per window, the same figures and the same
+    first evidence as 10 windows of the same cycle, every window's seconds summed; its listing stops at 100."""
+    from diagnoser.matcher import MAX_LISTED
+    from diagnoser.report.model import report_dict
+
+    small, large = (diagnose_text(_saturated_every_minute(n)) for n in (10, 10_000))
+    (a,), (b,) = ([f for f in r.findings if f.rule.id == "preemption"] for r in (small, large))
+    assert (a.occurrences, b.occurrences) == (10, 10_000)
+    for name in ("seconds", "peak_kv_usage_pct", "max_waiting_reqs", "max_running_reqs", "series_preemptions",
+                 "start"):
+        assert a.facts.get(name) == b.facts.get(name), name
+    assert (a.facts["seconds"], a.facts["peak_kv_usage_pct"], a.facts["max_waiting_reqs"]) == (61, 99.1, 7)
+    # the first window is one interval of vLLM's default 10 s (no spacing seen yet), every other one 61 s
+    assert (a.facts["_saturated_seconds"], b.facts["_saturated_seconds"]) == (61 * 10 - 51, 61 * 10_000 - 51)
+    assert b.facts["saturated_share"] == round((61 * 10_000 - 51) / (61 * 10_000), 4)
+    assert [ev.text for ev in a.evidence] == [ev.text for ev in b.evidence] and len(a.evidence) == 6
+    # the listing (`windows` is derived from it, up to the sandbox's size of a fact)
+    assert (len(a.facts["_window"]), len(b.facts["_window"])) == (10, MAX_LISTED)
+    assert b.facts["_window"][:10] == a.facts["_window"] == a.facts["windows"]
+    assert b.facts["end"] == large.series.clock.label(large.series.tracks["0"].last_t)
+    listed = report_dict(large, series=True)["series"]["engines"]["0"]["windows"]["saturation"]
+    assert len(listed) == 100 and listed[:10] == report_dict(small, series=True)["series"]["engines"]["0"][
+        "windows"]["saturation"]
+
+
+def test_a_long_series_holds_a_bounded_number_of_windows():
+    """10,000 reported windows: at most MAX_WINDOWS held in memory per detector, as many as for 1,000, the rest
+    spilled and read back in order (the series still yields every one, the HTML shades every one)."""
+    from diagnoser.report import renderer
+    from diagnoser.series import MAX_WINDOWS
+
+    before = _live_windows()
+    report = diagnose_text(_saturated_every_minute(10_000))
+    held = _live_windows() - before
+    assert held <= MAX_WINDOWS * len(report.series.tracks["0"].windows)
+    smaller = diagnose_text(_saturated_every_minute(1_000))
+    assert _live_windows() - before - held == held
+    del smaller
+    windows = list(report.series.windows("saturation"))
+    assert [w.index for w in windows] == list(range(10_000))
+    first = report.series.tracks["0"].first_t
+    assert [w.start for w in windows[98:102]] == [first + 61 * i for i in range(98, 102)]
+    page = renderer("html")([report])
+    assert page.count('<rect class="sat"') == 10_000 * page.count('class="chart"') > 0  # every window, each chart
+
+
+@pytest.mark.parametrize("failure", ["no file", "disk full"])
+def test_windows_stay_in_memory_when_they_cannot_be_spilled(monkeypatch, failure):
+    """No temporary file (no $TMPDIR), or one that fills up after its first batch: the same report, every format."""
+    import errno
+    import tempfile
+
+    from diagnoser.report import renderer
+    from diagnoser.series import SPILL_BATCH
+
+    text = _saturated_every_minute(3_000)
+    spilled = diagnose_text(text)
+    real = tempfile.TemporaryFile
+
+    class Full(io.BufferedRandom):
+        writes = 0
+
+        def write(self, data):
+            Full.writes += 1
+            if Full.writes > 1:
+                super().write(data[:100])  # a part of the batch lands before the disk is full
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+    def temporary(*args, **kwargs):
+        if failure == "no file":
+            raise FileNotFoundError(errno.ENOENT, "No usable temporary directory found")
+        return Full(real(*args, buffering=0, **kwargs))
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", temporary)
+    kept = diagnose_text(text)
+    assert failure == "no file" or Full.writes == 2 < 3_000 // SPILL_BATCH
+    for fmt in ("json", "text", "html"):
+        assert renderer(fmt)([kept], {"series": True}) == renderer(fmt)([spilled], {"series": True}), fmt
+    assert [w.index for w in kept.series.windows("saturation")] == list(range(3_000))
