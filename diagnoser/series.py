@@ -8,7 +8,9 @@ scrapes of `/metrics`. Each becomes a point in time (the log's own clock; the ye
 
 Memory stays flat on a log of any length: the points kept for charts are downsampled into a bounded number
 of buckets (min/max/mean each), while the detectors that find windows (saturation, a growing queue, a
-throughput collapse, an error burst) run on every point as it arrives, so each window is exact.
+throughput collapse, an error burst) run on every point as it arrives, so each window is exact. Of the closed
+windows, the first MAX_WINDOWS per detector and engine stay in memory and the rest go to a temporary file, read
+back in order when the log ends (`Windows`): a log that opens and closes windows all the time holds as many.
 """
 
 from __future__ import annotations
