@@ -581,9 +581,9 @@ class _Spill:
                 self._file = tempfile.TemporaryFile(prefix="vllm-doctor-windows-")  # noqa: SIM115 - closed at exit
             data = marshal.dumps(batch)
             self._file.seek(self._end)
-            self._file.write(data)
+            self._file.write(len(data).to_bytes(8, "little") + data)  # its length first: read back in one read
             self._file.flush()
-            self._end += len(data)
+            self._end += 8 + len(data)
         except (OSError, ValueError):  # no temporary file, or the disk is full: the rest in memory
             self._failed = True
             self._memory.extend(batch)
@@ -595,9 +595,12 @@ class _Spill:
         if self._file is not None and self._end:
             import marshal
 
-            self._file.seek(0)
-            while self._file.tell() < self._end:
-                yield from marshal.load(self._file)
+            read, at = self._file.read, 0
+            while at < self._end:
+                self._file.seek(at)
+                size = int.from_bytes(read(8), "little")
+                yield from marshal.loads(read(size))
+                at += 8 + size
         yield from self._memory
         yield from self._batch
 
