@@ -492,7 +492,9 @@ class Windows:
     def __init__(self, kind: str, keep: WindowFilter | None, evidence: int | None = None) -> None:
         self.kind, self.keep = kind, keep
         self.total = 0
-        self.seconds = 0.0  #: the windows' lengths summed in order (saturated_seconds adds them up)
+        #: the windows' lengths summed in order; saturated_seconds adds the engines' sums (with whole seconds, as
+        #: vLLM's clock gives, the sum of every window in order; else it may differ from that in the last bit)
+        self.seconds = 0.0
         #: distinct evidence lines after which a reported window's lines no longer show (Matcher.series_evidence)
         self.evidence = evidence
         self._shown: set[str] = set()  #: the distinct evidence lines of the reported windows so far, up to that
@@ -549,8 +551,9 @@ SPILL_BATCH = 512  #: windows written to the spill file at a time
 
 class _Spill:
     """Records (tuples of plain values) appended in order and read back in that order, in constant memory: in
-    batches of SPILL_BATCH, marshalled to an anonymous temporary file (unlinked at once, gone at exit). When no
-    such file can be made or written (no $TMPDIR, a full disk), the rest stay in memory, as before."""
+    batches of SPILL_BATCH, marshalled to an anonymous temporary file (unlinked at once, closed with its Windows or
+    at exit). When no such file can be made or written (no usable $TMPDIR, a full disk, no file descriptor left),
+    the rest stay in memory: the same records in the same order."""
 
     def __init__(self) -> None:
         self._file: Any = None
