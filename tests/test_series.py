@@ -206,6 +206,19 @@ def test_ten_thousand_windows_report_what_ten_do():
         "windows"]["saturation"]
 
 
+@pytest.mark.parametrize("n", [10, 61, 250])
+def test_a_finding_of_many_windows_still_says_how_many_and_the_longest(n):
+    """The window count and the longest window come from the whole fold, not from the `windows` fact (which the
+    sandbox caps at 10,000 printed characters: past ~60 windows it was empty, and the sentence went with it)."""
+    from diagnoser.report.model import report_dict
+
+    report = diagnose_text(_saturated_every_minute(n))
+    (f,) = [f for f in report.findings if f.rule.id == "preemption"]
+    assert f"Saturated {n} times, " in f.advice and "; the longest from 03-01 0" in f.advice
+    listed = report_dict(report)["findings"][0]["facts"]["windows"]
+    assert len(listed) == min(n, 30) and listed[0]["start"] == "03-01 00:00:00"
+
+
 def test_a_long_series_holds_a_bounded_number_of_windows():
     """10,000 reported windows: at most MAX_WINDOWS held in memory per detector, as many as for 1,000, the rest
     spilled and read back in order (the series still yields every one, the HTML shades every one)."""
