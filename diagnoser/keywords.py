@@ -317,30 +317,25 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool | Sequenc
         import hyperscan
     except ImportError:
         return None
-    from . import datafiles
 
     single = hyperscan.HS_FLAG_SINGLEMATCH if single_match else 0
-    if isinstance(caseless, bool):
-        flag = (hyperscan.HS_FLAG_CASELESS if caseless else 0) | single
-        flags, head = [flag] * len(words), f"hyperscan {hyperscan.__version__} {flag}"
-    else:
-        flags = [(hyperscan.HS_FLAG_CASELESS if c else 0) | single for c in caseless]
-        head = f"hyperscan {hyperscan.__version__} {' '.join(map(str, flags))}"
-    key = datafiles.content_key([f"{head} {len(patterns)}".encode(), *words, *patterns])
+    flags = [(hyperscan.HS_FLAG_CASELESS if c else 0) | single
+             for c in ([caseless] * len(words) if isinstance(caseless, bool) else caseless)]
     expressions = [*(b"".join(b"\\x%02x" % c for c in w) for w in words), *patterns]
-    return stored_database(name, key, expressions, flags + [0] * len(patterns),
-                           lambda db: _finds_every_word(db, words))
+    return stored_database(name, expressions, flags + [0] * len(patterns), lambda db: _finds_every_word(db, words))
 
 
-def stored_database(name: str, key: str, expressions: Sequence[bytes], flags: Sequence[int],
+def stored_database(name: str, expressions: Sequence[bytes], flags: Sequence[int],
                     check: Callable[[Any], bool] | None = None) -> Any:
     """A hyperscan block-mode database of `expressions` (id = index): the compiled form kept in the user's cache
-    under (`name`, `key`) when it loads (and passes `check`), else compiled now and kept for the next run; None
-    when hyperscan cannot build it. `key` says everything the database is built from, hyperscan's version too."""
+    under `name`, keyed by the expressions, their flags and hyperscan's version, when it loads (and passes
+    `check`), else compiled now and kept for the next run; None when hyperscan cannot build it."""
     import hyperscan
 
     from . import datafiles
 
+    key = datafiles.content_key([f"hyperscan {hyperscan.__version__} {' '.join(map(str, flags))}".encode(),
+                                 *expressions])
     stored = datafiles.read_blob(name, key)
     if stored is not None:
         try:
@@ -473,9 +468,8 @@ class BlockPattern:
         from . import datafiles
 
         flag = hyperscan.HS_FLAG_CASELESS if self.pattern.flags & re.IGNORECASE else 0
-        key = datafiles.content_key([f"hyperscan {hyperscan.__version__} {flag}".encode(), self.pattern.pattern])
         # compiling takes 1-8 ms a pattern, loading the kept one a tenth of that; each pattern's file has a name of
         # its own (datafiles keeps a few copies a name: another hyperscan's, not the other patterns')
         name = "hs-pattern-" + datafiles.content_key([self.pattern.pattern])[:12]
-        self._hs = stored_database(name, key, [self.pattern.pattern], [flag])
+        self._hs = stored_database(name, [self.pattern.pattern], [flag])
         return self._hs
