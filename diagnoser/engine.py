@@ -15,7 +15,7 @@ from .matcher import Hit, Matcher
 from .reader import Prefilter, ReadStats, read_lines
 from .redact import Redactor
 from .rules import Rule, builtin_rules
-from .series import BLOCK_ERROR, Series
+from .series import BLOCK_ERROR, Series, access_counts
 from .series import KEYWORDS as SERIES_KEYWORDS
 from .tracker import Context, Tracker, landmark_keywords
 
@@ -108,6 +108,24 @@ def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
     return prefilter
 
 
+def _ahead(stream: BinaryIO, sniffer: _Sniffer) -> Callable[[int, int, Callable[[bytes], Any]], Any] | None:
+    """read_lines's `ahead` for a plain regular file: a prescan.Ahead from an offset of what the reader read,
+    once a vLLM sign went by (past it the sniffer is not asked again) and enough is left to read."""
+    from . import prescan
+
+    found = prescan.regular_file(stream) if prescan.supported() else None
+    if found is None:
+        return None
+    fd, base, size = found
+
+    def start(offset: int, block: int, scan: Callable[[bytes], Any]) -> prescan.Ahead | None:
+        if not sniffer.found or size - (base + offset) < prescan.MIN_REST or not prescan.supported():
+            return None
+        return prescan.Ahead(fd, base + offset, block, scan)
+
+    return start
+
+
 def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, ...] | None = None,
              redact: bool = True, on_hit: Callable[[Hit], None] | None = None) -> Report:
     """Diagnose one binary stream in constant memory.
@@ -124,7 +142,7 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     seen = 0
     sniffer = _Sniffer(stream)
     for line in read_lines(sniffer, prefilter_for(rules), redactor, stats,  # type: ignore[arg-type]
-                           on_block=series.access_block):
+                           on_block=series.access_block, prepass=access_counts, ahead=_ahead(stream, sniffer)):
         matcher.feed(line, tracker.observe(line))
         series.observe(line)
         if on_hit is not None and len(matcher.hits) > seen:

@@ -18,7 +18,8 @@ import bisect
 import os
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from functools import partial
 from itertools import accumulate
 from typing import Any, BinaryIO
 
@@ -419,19 +420,37 @@ class Prefilter:
     def scan(self, block: bytes, gaps: list[tuple[int, int]] | None = None
              ) -> tuple[list[int], dict[BlockPattern, list[re.Match[bytes]]]]:
         """hit_lines, and the matches of each of `extras` in the same ranges: with hyperscan, all in one pass."""
-        ranges = [(0, len(block))] if gaps is None else gaps
-        if self._searched + len(block) <= self.SMALL_INPUT or self._hyperscan() is None:
+        scanned = self.scan_ends(block, gaps)
+        if scanned is None:
+            ranges = [(0, len(block))] if gaps is None else gaps
             return self.hit_lines(block, gaps), {p: [m for a, b in ranges for m in p.finditer(block, a, b)]
                                                  for p in self.extras}
+        return scanned[0], self.found_at(block, gaps, scanned[1])
+
+    def scan_ends(self, block: bytes, gaps: list[tuple[int, int]] | None = None
+                  ) -> tuple[list[int], dict[int, list[int]]] | None:
+        """hit_lines, and where hyperscan saw the extras' matches end (by hyperscan id) in the same pass; None
+        where hyperscan does not search (no `fast` extra, or within SMALL_INPUT)."""
+        if self._searched + len(block) <= self.SMALL_INPUT or self._hyperscan() is None:
+            return None
         self._searched += len(block)
         ends: dict[int, list[int]] = {}
-        starts = self._hit_lines_hs(block, gaps, ends)
+        return self._hit_lines_hs(block, gaps, ends), ends
+
+    def found_at(self, block: bytes, gaps: list[tuple[int, int]] | None, ends: dict[int, list[int]]
+                 ) -> dict[BlockPattern, list[re.Match[bytes]]]:
+        """The extras' matches in `gaps` (None: all the block) from scan_ends's ends."""
+        ranges = [(0, len(block))] if gaps is None else gaps
         found: dict[BlockPattern, list[re.Match[bytes]]] = {}
         for i, p in enumerate(self.extras):
             mine = ends.get(len(self.keywords) + i, [])
             # a range's matches are read within it (each range was scanned alone: none straddles two)
             found[p] = [m for a, b in ranges for m in p.at_ends(block, [e for e in mine if a < e <= b], a, b)]
-        return starts, found
+        return found
+
+    def searched_elsewhere(self, size: int) -> None:
+        """Count `size` bytes another process searched for this prefilter (the reader's helper, prescan.py)."""
+        self._searched += size
 
     def _hit_lines_small(self, block: bytes, gaps: list[tuple[int, int]] | None = None) -> list[int]:
         starts: set[int] = set()
@@ -511,10 +530,11 @@ class LineIndex:
     """Newlines before an offset of one block, counted once: each query resumes from the nearest offset asked
     before it (the access-line counts and the hits' line numbers each ask in increasing order)."""
 
-    def __init__(self, block: bytes) -> None:
+    def __init__(self, block: bytes, offsets: list[int] | None = None, counts: list[int] | None = None) -> None:
+        """`offsets` and `counts` (sorted, from 0): answers known already (another LineIndex's, the helper's)."""
         self.block = block
-        self._offsets = [0]
-        self._counts = [0]
+        self._offsets = [0] if offsets is None else offsets
+        self._counts = [0] if counts is None else counts
 
     def at(self, offset: int) -> int:
         i = bisect.bisect_right(self._offsets, offset) - 1
@@ -542,8 +562,8 @@ def _hard_wrapped(block: bytes) -> bool:
 
 
 def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Redactor | None = None,
-               stats: ReadStats | None = None,
-               on_block: Callable[..., None] | None = None) -> Iterator[Line]:
+               stats: ReadStats | None = None, on_block: Callable[..., None] | None = None,
+               prepass: Callable[..., Any] | None = None, ahead: Callable[..., Any] | None = None) -> Iterator[Line]:
     """Yield the cleaned lines of a binary stream worth looking at, in order, in constant memory.
 
     With no prefilter every line is yielded (small pasted fragments); with one, only keyword lines and
@@ -551,12 +571,13 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     whole raw lines before its lines are yielded (what is counted rather than read: access lines); `gaps` (None:
     all of it) are the ranges outside request-logger lines, `index` (or None) counts its newlines, `line_map`
     (or None), when a shipper's records were decoded, gives the physical line of each of the block's lines;
-    two more arguments, when given, are where the block's keyword lines start (prefilter.hit_lines) and, when
-    not None, the matches of the prefilter's extras in the gaps (Prefilter.scan).
+    three more arguments, when given, are where the block's keyword lines start (prefilter.hit_lines), the
+    matches of the prefilter's extras in the gaps when not None (Prefilter.scan), and what `prepass(block, gaps,
+    starts)` returned (None: on_block computes it).
 
-    One loop on purpose (about 85 lines): it is the hot path, and its three block paths (fast search, paste
-    start, no prefilter) share the carried partial line, the line count and the follow window, which helpers
-    would hand back and forth for every block.
+    `ahead(offset, block_size, scan)`: a prescan.Ahead over the rest of the input from that offset of the stream,
+    or None. Asked once past the paste-sized start when hyperscan searches: the blocks then come from it, each
+    with `scan_ahead` computed by its helper process; when it stops, the reading goes on from where it did.
     """
     st = stats if stats is not None else ReadStats()
     shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
@@ -565,63 +586,52 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     pending_follow = 0
     # read1 returns what a pipe has now instead of waiting for a full block: a live server's log flows
     read = getattr(stream, "read1", stream.read)
-    while True:
-        chunk = read(BLOCK)
-        if not chunk:
-            break
-        st.bytes += len(chunk)
-        cut = chunk.rfind(b"\n")  # (`carry` never holds a newline)
-        if cut == -1:
-            data = carry + chunk if carry else chunk
-            if len(data) < MAX_LINE:
-                carry = data
+    helper: Any = None  # the prescan.Ahead giving the blocks, while it runs
+    asked = ahead is None or prefilter is None  # whether a helper was asked for (once, past PASTE_MAX)
+    try:
+        while True:
+            if not asked and st.bytes > PASTE_MAX:
+                asked = True
+                if prefilter is not None and prefilter.accelerated:
+                    scan = partial(scan_ahead, prefilter=prefilter, prepass=prepass)
+                    helper = ahead(st.bytes - len(carry), BLOCK, scan)
+                    if helper is not None:  # its first block starts with the partial line carried
+                        st.bytes -= len(carry)
+                        carry = b""
+            if helper is not None:
+                got = helper.next()
+                if got is not None:
+                    st.bytes += len(got[0])
+                    number, pending_follow = yield from _whole_block(
+                        got[0], number, pending_follow, prefilter, redact, st, shapes, on_block, got[1])
+                    continue
+                read, helper = helper.read1, None  # it stopped: the rest is read here, from where it did
+            chunk = read(BLOCK)
+            if not chunk:
+                break
+            st.bytes += len(chunk)
+            cut = chunk.rfind(b"\n")  # (`carry` never holds a newline)
+            if cut == -1:
+                data = carry + chunk if carry else chunk
+                if len(data) < MAX_LINE:
+                    carry = data
+                    continue
+                # an enormous line: handle it in pieces, all carrying the same line number, each cut where no
+                # secret or character can straddle it (the rest goes on with the next piece)
+                end = _piece_end(data)
+                for line in _physical_to_lines(number + 1, data[:end], redact, False):
+                    st.decoded_lines += 1
+                    yield line
+                carry = data[end:]
                 continue
-            # an enormous line: handle it in pieces, all carrying the same line number, each cut where no
-            # secret or character can straddle it (the rest goes on with the next piece)
-            end = _piece_end(data)
-            for line in _physical_to_lines(number + 1, data[:end], redact, False):
-                st.decoded_lines += 1
-                yield line
-            carry = data[end:]
-            continue
-        # the block of whole lines: one copy (a concatenation, then a slice of it, were two 1 MB copies a block)
-        block = chunk if not carry and cut + 1 == len(chunk) else b"".join((carry, memoryview(chunk)[: cut + 1]))
-        carry = chunk[cut + 1 :]
-        if prefilter is not None:
-            decoded, shape_map, searched = _searched(block, prefilter, shapes, st.bytes)
-            if searched is not None:
-                gaps, starts, found = searched
-                # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
-                index = LineIndex(decoded) if decoded is block else None
-                if on_block is not None:
-                    on_block(number, decoded, gaps, index, shape_map, starts, found)
-                yield from _block_lines(decoded, number, prefilter, redact, pending_follow, st, shape_map,
-                                        blank=is_user_content, starts=starts, index=index)
-                pending_follow = _follow_after(decoded, prefilter, is_user_content)
-                number += block.count(b"\n") if index is None else index.at(len(block))
-                continue
-            lines_in_block = block.count(b"\n")
-            block = decoded
-            if on_block is not None:
-                on_block(number, block, _gaps(block, user_spans(block)), None, shape_map)
-            block = blank_user_content(block)
-            block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
-            if shape_map is not None:
-                line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
-            yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
-            pending_follow = _follow_after(block, prefilter)
-            number += lines_in_block
-            continue
-        lines_in_block = block.count(b"\n")
-        block, shape_map = shapes.decode_block(block)
-        if on_block is not None:
-            on_block(number, block, None, None, shape_map)
-        # hard wraps come from pasting what a terminal or chat showed: only the start of an input can be one
-        block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
-        if shape_map is not None:
-            line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
-        yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
-        number += lines_in_block
+            # the block of whole lines: one copy (a concatenation, then a slice of it, were two 1 MB copies a block)
+            block = chunk if not carry and cut + 1 == len(chunk) else b"".join((carry, memoryview(chunk)[: cut + 1]))
+            carry = chunk[cut + 1 :]
+            number, pending_follow = yield from _whole_block(
+                block, number, pending_follow, prefilter, redact, st, shapes, on_block)
+    finally:
+        if helper is not None:
+            helper.close()
     if carry:  # a last line without a newline (a truncated log)
         block = shapes.decode_block(carry + b"\n")[0] + shapes.flush()
         if on_block is not None:
@@ -631,6 +641,74 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     elif rest := shapes.flush():  # a shipper's partial line whose end never came
         yield from _block_lines(rest, max(number - 1, 0), prefilter, redact, 0, st, [0] * rest.count(b"\n"))
     st.lines = number
+
+
+def _whole_block(block: bytes, number: int, pending_follow: int, prefilter: Prefilter | None,
+                 redact: Redactor | None, st: ReadStats, shapes: Decoder, on_block: Callable[..., None] | None,
+                 ahead: Any = None) -> Generator[Line, None, tuple[int, int]]:
+    """The lines of one block of whole lines (`number`: lines before it); returns the line count and the follow
+    lines owed after it. `ahead`: scan_ahead of the block from the helper process (None: none, or it found the
+    block not plain), taken when the decoder holds no partial CRI line (then ours would say the same).
+
+    Its three paths (hits found in place, the paste start, no prefilter) share the line count and the follow
+    window, which is why they are one function: read_lines only cuts the input into blocks.
+    """
+    if prefilter is None:
+        lines_in_block = block.count(b"\n")
+        block, shape_map = shapes.decode_block(block)
+        if on_block is not None:
+            on_block(number, block, None, None, shape_map)
+        # hard wraps come from pasting what a terminal or chat showed: only the start of an input can be one
+        block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
+        if shape_map is not None:
+            line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
+        yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
+        return number + lines_in_block, pending_follow
+    counted = None
+    if ahead is not None and not shapes.pending_cri:
+        gaps, starts, ends, offsets, counts, counted = ahead
+        prefilter.searched_elsewhere(len(block))
+        decoded, shape_map, searched = block, None, (gaps, starts, prefilter.found_at(block, gaps, ends))
+        index: LineIndex | None = LineIndex(block, offsets, counts)
+    else:
+        decoded, shape_map, searched = _searched(block, prefilter, shapes, st.bytes)
+        # one pass counts the newlines, shared by the access-line counts and the hits' line numbers
+        index = LineIndex(decoded) if searched is not None and decoded is block else None
+    if searched is not None:
+        gaps, starts, found = searched
+        if on_block is not None:
+            on_block(number, decoded, gaps, index, shape_map, starts, found, counted)
+        yield from _block_lines(decoded, number, prefilter, redact, pending_follow, st, shape_map,
+                                blank=is_user_content, starts=starts, index=index)
+        pending_follow = _follow_after(decoded, prefilter, is_user_content)
+        return number + (block.count(b"\n") if index is None else index.at(len(block))), pending_follow
+    lines_in_block = block.count(b"\n")
+    block = decoded
+    if on_block is not None:
+        on_block(number, block, _gaps(block, user_spans(block)), None, shape_map)
+    block = blank_user_content(block)
+    block, line_map = unwrap(block) if st.bytes <= PASTE_MAX else (block, None)
+    if shape_map is not None:
+        line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
+    yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
+    return number + lines_in_block, _follow_after(block, prefilter)
+
+
+def scan_ahead(block: bytes, prefilter: Prefilter, prepass: Callable[..., Any] | None = None) -> Any:
+    """What _whole_block computes of a block of whole lines before it yields any, for prescan's helper process to
+    compute ahead: (gaps, hit starts, the extras' match ends by hyperscan id, the newline counts at each hit
+    and at the end (LineIndex's offsets and counts), prepass(block, gaps, starts)); None where it would not find
+    the hits in place (a shipper's record or a PRETTY marker: it decodes the block itself). Plain values only:
+    they cross a pipe."""
+    plain = _plain(block, prefilter, Decoder())  # (a fresh decoder: the reader checks its own holds nothing)
+    if plain is None or plain[2] is None:
+        return None
+    gaps, starts, ends, _found = plain
+    index = LineIndex(block)
+    for start in starts:
+        index.at(start)
+    index.at(len(block))
+    return gaps, starts, ends, index._offsets, index._counts, prepass(block, gaps, starts) if prepass else None
 
 
 def _searched(block: bytes, prefilter: Prefilter, shapes: Decoder, read: int
@@ -647,9 +725,9 @@ def _searched(block: bytes, prefilter: Prefilter, shapes: Decoder, read: int
     C-level test per line is far cheaper than the keyword regex crawling over them.
     """
     if read > PASTE_MAX or not (shapes.has_records(block) or _hard_wrapped(block)):
-        scanned = _scan_plain(block, prefilter, shapes)
-        if scanned is not None:
-            return block, None, scanned
+        plain = _plain(block, prefilter, shapes)
+        if plain is not None:
+            return block, None, (plain[0], plain[1], plain[3])
     decoded, shape_map = shapes.decode_block(block)
     if (read > PASTE_MAX or not _hard_wrapped(decoded)) and not prefilter.plain(len(decoded)):
         gaps = _gaps(decoded, user_spans(decoded))
@@ -657,18 +735,24 @@ def _searched(block: bytes, prefilter: Prefilter, shapes: Decoder, read: int
     return decoded, shape_map, None
 
 
-def _scan_plain(block: bytes, prefilter: Prefilter, shapes: Decoder
-                ) -> tuple[list[tuple[int, int]] | None, list[int], dict[BlockPattern, list[re.Match[bytes]]]] | None:
-    """(gaps, hit starts, the extras' matches) of a block the decoder leaves as it is; None for a block with a
-    shipper's records or a PRETTY marker (the decoder rewrites it: the caller decodes, then searches)."""
+def _plain(block: bytes, prefilter: Prefilter, shapes: Decoder) -> tuple[
+        list[tuple[int, int]] | None, list[int], dict[int, list[int]] | None, dict[BlockPattern, list[re.Match[bytes]]]
+        ] | None:
+    """(gaps, hit starts, the extras' hyperscan ends or None, the extras' matches) of a block the decoder leaves as
+    it is; None for a block with a shipper's records or a PRETTY marker (the decoder rewrites it: the caller
+    decodes, then searches)."""
     if prefilter.plain(len(block)) or shapes.has_records(block):
         return None
     spans = user_spans(block)
     gaps = _gaps(block, spans)
-    starts, found = prefilter.scan(block, gaps)
+    scanned = prefilter.scan_ends(block, gaps)
+    if scanned is None:
+        (starts, found), ends = prefilter.scan(block, gaps), None
+    else:
+        (starts, ends), found = scanned, prefilter.found_at(block, gaps, scanned[1])
     if found[PRETTY] or (spans and PRETTY.search(block)):  # the search skipped the request-logger lines
         return None
-    return gaps, starts, found
+    return gaps, starts, ends, found
 
 
 #: Request-logger lines echo prompts (often huge, often full of words like "error"): never evidence. (Each

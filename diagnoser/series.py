@@ -773,6 +773,48 @@ class Track:
 _OBSERVED = KeywordIndex([w] for w in ("throughput", "KV cache usage", "RUNNING:", "is preempted by"))
 
 
+
+def access_counts(block: bytes, gaps: list[tuple[int, int]] | None = None, starts: list[int] | None = None
+                  ) -> tuple[list[int], list[int]] | None:
+    """(where the block's stats lines start, the access lines (` HTTP/`) before each and after the last), within
+    `gaps` (None: the whole block); None when the block holds no access line. The passes over the whole block
+    that Series.access_block needs, as a function of the block alone: the reader's helper process runs it ahead.
+    `starts`: the block's keyword lines (the reader's hits; a stats line is one), else the block is searched.
+
+    >>> block = b'GET / HTTP/1.1" 200\\nINFO Avg prompt throughput: 1\\nGET / HTTP/1.1" 200\\n'
+    >>> access_counts(block)
+    ([20], [1, 1])
+    """
+    ranges = [(0, len(block))] if gaps is None else gaps
+    if all(block.find(b" HTTP/", a, b) == -1 for a, b in ranges):
+        return None
+    find = block.find
+    if starts is not None:  # a stats line holds a keyword: among the hits, without a pass over the block
+        cuts = [s for s in starts if find(STATS_MARK, s, find(b"\n", s)) != -1]
+    else:  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
+        cuts = []
+        i = find(STATS_MARK)
+        while i != -1:
+            cuts.append(block.rfind(b"\n", 0, i) + 1)
+            nl = find(b"\n", i)
+            i = find(STATS_MARK, nl) if nl != -1 else -1
+    counts: list[int] = []
+    pos, r = 0, 0
+    for start in [*cuts, len(block)]:
+        n = 0
+        while r < len(ranges):
+            a, b = ranges[r]
+            lo, hi = max(a, pos), min(b, start)
+            if lo < hi:
+                n += block.count(b" HTTP/", lo, hi)
+            if b > start:
+                break
+            r += 1
+        counts.append(n)
+        pos = start
+    return cuts, counts
+
+
 class Series:
     """The serving phase of one input, fed line by line (and raw blocks, for access lines)."""
 
@@ -820,7 +862,8 @@ class Series:
 
     def access_block(self, first_number: int, block: bytes, gaps: list[tuple[int, int]] | None = None,
                      index: Any = None, line_map: list[int] | None = None, starts: list[int] | None = None,
-                     found: dict[Any, list[re.Match[bytes]]] | None = None) -> None:
+                     found: dict[Any, list[re.Match[bytes]]] | None = None,
+                     counted: tuple[list[int], list[int]] | None = None) -> None:
         """Count access lines and their failed statuses in a raw block, split at its stats lines (an access
         line has no clock: it belongs to the interval that the next stats line closes). `gaps`: the ranges
         outside request-logger lines (None: the whole block); a prompt that quotes an access line is no request.
@@ -828,36 +871,21 @@ class Series:
         `line_map`: the physical line of each of the block's lines (a shipper's record may hold several, an
         OTLP export). `starts`: where the block's keyword lines start (the reader's hits), stats lines among
         them; else the block is searched for them. `found`: the reader's search of the gaps for BLOCK_ERROR
-        among others (Prefilter.scan), else the block is searched for it here.
+        among others (Prefilter.scan), else the block is searched for it here. `counted`: access_counts of the
+        block, when the reader's helper process counted already (prescan.py).
         """
-        ranges = [(0, len(block))] if gaps is None else gaps
-        if all(block.find(b" HTTP/", a, b) == -1 for a, b in ranges):
-            return
+        if counted is None:
+            counted = access_counts(block, gaps, starts)
+            if counted is None:
+                return
+        cuts, counts = counted
         self._http_seen = True
-        find = block.find
-        if starts is not None:  # a stats line holds a keyword: among the hits, without a pass over the block
-            cuts = [s for s in starts if find(STATS_MARK, s, find(b"\n", s)) != -1]
-        else:  # where each stats line starts: literal finds (a regex with a leading [^\n]* is quadratic)
-            cuts = []
-            i = find(STATS_MARK)
-            while i != -1:
-                cuts.append(block.rfind(b"\n", 0, i) + 1)
-                nl = find(b"\n", i)
-                i = find(STATS_MARK, nl) if nl != -1 else -1
+        ranges = [(0, len(block))] if gaps is None else gaps
         errors = (found[BLOCK_ERROR] if found is not None and BLOCK_ERROR in found
                   else [m for a, b in ranges for m in BLOCK_ERROR.finditer(block, a, b)])
-        pos, k, r, e = 0, 0, 0, 0  # k: the block's lines before `pos`
-        for start in [*cuts, len(block)]:
-            n = 0
-            while r < len(ranges):
-                a, b = ranges[r]
-                lo, hi = max(a, pos), min(b, start)
-                if lo < hi:
-                    n += block.count(b" HTTP/", lo, hi)
-                if b > start:
-                    break
-                r += 1
-            self._open_http[0] += n
+        pos, k, e = 0, 0, 0  # k: the block's lines before `pos`
+        for i, start in enumerate([*cuts, len(block)]):
+            self._open_http[0] += counts[i]
             first = e
             while e < len(errors) and errors[e].start() < start:
                 e += 1

@@ -316,7 +316,7 @@ def test_one_search_of_a_plain_block_past_the_paste_start_reports_what_decoding_
     monkeypatch.setattr(reader, "PASTE_MAX", 0)  # every block is past the start
     monkeypatch.setattr(reader, "BLOCK", 1 << 14)  # many blocks
     once = report_dict(diagnose(io.BytesIO(data), "x"), series=True)
-    monkeypatch.setattr(reader, "_scan_plain", lambda *a: None)
+    monkeypatch.setattr(reader, "_plain", lambda *a: None)
     decoded_first = report_dict(diagnose(io.BytesIO(data), "x"), series=True)
     assert once == decoded_first
     assert "kv-cache-too-small" in [f["rule"] for f in once["findings"]]
@@ -334,9 +334,9 @@ def test_a_pretty_marker_only_a_prompt_quotes_still_sends_the_block_to_the_decod
     data = ("\n".join([*SERVING.read_text().split("\n")[:-1], prompt, failed] * 3) + "\n").encode()
     monkeypatch.setattr(reader, "PASTE_MAX", 0)
     calls = []
-    original = reader._scan_plain
-    monkeypatch.setattr(reader, "_scan_plain", lambda *a: calls.append(r := original(*a)) or r)
+    original = reader._plain
+    monkeypatch.setattr(reader, "_plain", lambda *a: calls.append(r := original(*a)) or r)
     once = report_dict(diagnose(io.BytesIO(data), "x"), series=True)
     assert None in calls  # the block with the quoted marker went to the decoder
-    monkeypatch.setattr(reader, "_scan_plain", lambda *a: None)
+    monkeypatch.setattr(reader, "_plain", lambda *a: None)
     assert once == report_dict(diagnose(io.BytesIO(data), "x"), series=True)
