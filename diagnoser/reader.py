@@ -19,7 +19,6 @@ import os
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Generator, Iterable, Iterator
-from functools import partial
 from itertools import accumulate
 from typing import Any, BinaryIO
 
@@ -577,7 +576,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
 
     `ahead(offset, block_size, scan)`: a prescan.Ahead over the rest of the input from that offset of the stream,
     or None. Asked once past the paste-sized start when hyperscan searches: the blocks then come from it, each
-    with `scan_ahead` computed by its helper process; when it stops, the reading goes on from where it did.
+    with AheadScan's answer computed by its helper process; when it stops, the reading goes on from where it did.
     """
     st = stats if stats is not None else ReadStats()
     shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
@@ -593,8 +592,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             if not asked and st.bytes > PASTE_MAX:
                 asked = True
                 if prefilter is not None and prefilter.accelerated:
-                    scan = partial(scan_ahead, prefilter=prefilter, prepass=prepass)
-                    helper = ahead(st.bytes - len(carry), BLOCK, scan)
+                    helper = ahead(st.bytes - len(carry), BLOCK, AheadScan(prefilter, prepass, pending_follow))
                     if helper is not None:  # its first block starts with the partial line carried
                         st.bytes -= len(carry)
                         carry = b""
@@ -647,8 +645,8 @@ def _whole_block(block: bytes, number: int, pending_follow: int, prefilter: Pref
                  redact: Redactor | None, st: ReadStats, shapes: Decoder, on_block: Callable[..., None] | None,
                  ahead: Any = None) -> Generator[Line, None, tuple[int, int]]:
     """The lines of one block of whole lines (`number`: lines before it); returns the line count and the follow
-    lines owed after it. `ahead`: scan_ahead of the block from the helper process (None: none, or it found the
-    block not plain), taken when the decoder holds no partial CRI line (then ours would say the same).
+    lines owed after it. `ahead`: AheadScan's answer for the block from the helper process (None: none, or it
+    found the block not plain), taken when the decoder holds no partial CRI line (then ours would say the same).
 
     Its three paths (hits found in place, the paste start, no prefilter) share the line count and the follow
     window, which is why they are one function: read_lines only cuts the input into blocks.
@@ -664,9 +662,11 @@ def _whole_block(block: bytes, number: int, pending_follow: int, prefilter: Pref
             line_map = shape_map if line_map is None else [shape_map[i] for i in line_map]
         yield from _block_lines(block, number, prefilter, redact, pending_follow, st, line_map)
         return number + lines_in_block, pending_follow
-    counted = None
+    counted = chosen = owes = None
     if ahead is not None and not shapes.pending_cri:
-        gaps, starts, ends, offsets, counts, counted = ahead
+        gaps, starts, ends, offsets, counts, counted, owed, chosen, owes = ahead
+        if owed != pending_follow:  # the helper did not know what the block before owes (it was decoded here)
+            chosen = None
         prefilter.searched_elsewhere(len(block))
         decoded, shape_map, searched = block, None, (gaps, starts, prefilter.found_at(block, gaps, ends))
         index: LineIndex | None = LineIndex(block, offsets, counts)
@@ -679,8 +679,8 @@ def _whole_block(block: bytes, number: int, pending_follow: int, prefilter: Pref
         if on_block is not None:
             on_block(number, decoded, gaps, index, shape_map, starts, found, counted)
         yield from _block_lines(decoded, number, prefilter, redact, pending_follow, st, shape_map,
-                                blank=is_user_content, starts=starts, index=index)
-        pending_follow = _follow_after(decoded, prefilter, is_user_content)
+                                blank=is_user_content, starts=starts, index=index, chosen=chosen)
+        pending_follow = _follow_after(decoded, prefilter, is_user_content) if owes is None else owes
         return number + (block.count(b"\n") if index is None else index.at(len(block))), pending_follow
     lines_in_block = block.count(b"\n")
     block = decoded
@@ -694,21 +694,39 @@ def _whole_block(block: bytes, number: int, pending_follow: int, prefilter: Pref
     return number + lines_in_block, _follow_after(block, prefilter)
 
 
-def scan_ahead(block: bytes, prefilter: Prefilter, prepass: Callable[..., Any] | None = None) -> Any:
-    """What _whole_block computes of a block of whole lines before it yields any, for prescan's helper process to
-    compute ahead: (gaps, hit starts, the extras' match ends by hyperscan id, the newline counts at each hit
-    and at the end (LineIndex's offsets and counts), prepass(block, gaps, starts)); None where it would not find
-    the hits in place (a shipper's record or a PRETTY marker: it decodes the block itself). Plain values only:
-    they cross a pipe."""
-    plain = _plain(block, prefilter, Decoder())  # (a fresh decoder: the reader checks its own holds nothing)
-    if plain is None or plain[2] is None:
-        return None
-    gaps, starts, ends, _found = plain
-    index = LineIndex(block)
-    for start in starts:
-        index.at(start)
-    index.at(len(block))
-    return gaps, starts, ends, index._offsets, index._counts, prepass(block, gaps, starts) if prepass else None
+class AheadScan:
+    """What _whole_block computes of each block before it yields any line, computed by prescan's helper process
+    over the blocks in order: `scan(block)` is (gaps, hit starts, the extras' match ends by hyperscan id, the
+    newline counts at each hit and at the end (LineIndex's offsets and counts), prepass(block, gaps, starts), the
+    follow lines the block before owed, _chosen's lines given those, the follow lines this block owes the next);
+    None where _whole_block does not find the hits in place (a shipper's record or a PRETTY marker: it decodes
+    the block itself). Plain values only: they cross a pipe."""
+
+    def __init__(self, prefilter: Prefilter, prepass: Callable[..., Any] | None, owed: int) -> None:
+        self.prefilter, self.prepass = prefilter, prepass
+        self.owed = owed  #: follow lines the block before owes this one (-1: unknown, the reader decoded it)
+
+    def __call__(self, block: bytes) -> Any:
+        from .shaped import is_dense
+
+        plain = _plain(block, self.prefilter, Decoder())  # (a fresh decoder: the reader checks its own is idle)
+        if plain is None or plain[2] is None:
+            self.owed = -1
+            return None
+        gaps, starts, ends, _found = plain
+        index = LineIndex(block)
+        for start in starts:
+            index.at(start)
+        index.at(len(block))
+        offsets, counts = list(index._offsets), list(index._counts)
+        owed_before = self.owed
+        if is_dense(block, starts, index):
+            chosen: Any = (starts, [False] * len(starts), list(range(len(starts))))
+        else:
+            chosen = _chosen(block, starts, max(owed_before, 0), is_user_content, index)
+        self.owed = _follow_after(block, self.prefilter, is_user_content)
+        return (gaps, starts, ends, offsets, counts, self.prepass(block, gaps, starts) if self.prepass else None,
+                owed_before, chosen, self.owed)
 
 
 def _searched(block: bytes, prefilter: Prefilter, shapes: Decoder, read: int
@@ -1009,10 +1027,12 @@ def _memo(blank: Callable[[bytes, int], bool]) -> Callable[[bytes, int], bool]:
 def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, redact: Redactor | None,
                  pending_follow: int, st: ReadStats, line_map: list[int] | None = None,
                  blank: Callable[[bytes, int], bool] | None = None,
-                 starts: list[int] | None = None, index: LineIndex | None = None) -> Iterator[Line]:
+                 starts: list[int] | None = None, index: LineIndex | None = None,
+                 chosen: tuple[list[int], list[bool], list[int]] | None = None) -> Iterator[Line]:
     """The lines worth looking at in one block of whole lines (`line_map`: physical line of each, unwrap()).
 
     `blank` says which lines count as empty (is_user_content on a block that was not blanked beforehand).
+    `chosen`: _chosen's answer for this block, when the reader's helper process gave it.
     """
     if prefilter is None:
         for i, raw in enumerate(block.split(b"\n")[:-1]):
@@ -1021,7 +1041,7 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         return
     if starts is None:
         starts = prefilter.hit_lines(block)
-    if index is not None and line_map is None:  # a keyword-dense block: one line shape decides once (shaped.py)
+    if chosen is None and index is not None and line_map is None:  # keyword-dense: one shape decides once
         from .shaped import dense_lines
 
         dense = dense_lines(block, first_number, starts, index, redact, st)
@@ -1030,11 +1050,24 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
             return
     from .shaped import physical_lines
 
+    offsets, follows, before = _chosen(block, starts, pending_follow, blank, index) if chosen is None else chosen
+    find = block.find
+    for off, follow, k in zip(offsets, follows, before, strict=True):
+        st.decoded_lines += 1
+        number = first_number + (line_map[k] if line_map else k)
+        yield from physical_lines(number + 1, block[off:find(b"\n", off)], redact, follow)  # a shape decides once
+
+
+def _chosen(block: bytes, starts: list[int], pending_follow: int, blank: Callable[[bytes, int], bool] | None,
+            index: LineIndex | None) -> tuple[list[int], list[bool], list[int]]:
+    """Which lines of a block _block_lines yields, in order: their offsets, whether each is only a follow line,
+    and the block's lines before each. A function of the block alone (and the follow lines the block before
+    owed): the reader's helper process computes it ahead."""
     if blank is not None:
-        blank = _memo(blank)  # a follow line's test is asked again when it is emitted
+        blank = _memo(blank)  # a follow line's test is asked again when it is chosen
         starts = [s for s in starts if not blank(block, s)]
     # the first lines of the block may still be owed as follow lines of the previous block
-    pos, number, emitted_upto = 0, first_number, -1
+    pos = 0
     # offset -> whether it is only a follow line (a keyword line wins over a follow flag for the same line)
     best: dict[int, bool] = {}
     lead = pending_follow
@@ -1064,18 +1097,13 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
                     if width < WRAP_MIN_WIDTH:
                         break
                 p_before = p
-    last_off = 0
-    for off in sorted(best):
-        if off <= emitted_upto or (blank is not None and blank(block, off)):
-            continue  # a blank line (request-logger, access) yields nothing: not even decoded
-        if index is None:
-            number += block.count(b"\n", last_off, off)
-        else:
-            number = first_number + index.at(off)
-        last_off = off
-        end = block.find(b"\n", off)
-        raw = block[off:end]
-        emitted_upto = off
-        st.decoded_lines += 1
-        physical = first_number + line_map[number - first_number] if line_map else number
-        yield from physical_lines(physical + 1, raw, redact, best[off])  # a line's shape decides once
+    offsets = [off for off in sorted(best) if blank is None or not blank(block, off)]
+    if index is not None:
+        before = [index.at(off) for off in offsets]
+    else:  # a blanked or decoded block (no index): counted as it goes
+        before, k, last = [], 0, 0
+        for off in offsets:
+            k += block.count(b"\n", last, off)
+            before.append(k)
+            last = off
+    return offsets, [best[off] for off in offsets], before

@@ -81,12 +81,15 @@ def dense_lines(block: bytes, first_number: int, starts: list[int], index: LineI
     last hit are tested before the block's lines are counted (`index`), which would be a pass over a block the
     general path then counts again.
     """
+    return _lines(block, first_number, redact, st) if is_dense(block, starts, index) else None
+
+
+def is_dense(block: bytes, starts: list[int], index: LineIndex) -> bool:
+    """Whether every line of the block is a keyword line of its own (see dense_lines)."""
     if not starts or starts[0] != 0 or block.find(b"\n", starts[-1]) != len(block) - 1:
-        return None
-    if len(starts) != index.at(len(block)) or block.find(b" HTTP/") != -1 or any(
-            block.find(m) != -1 for m in USER_CONTENT_MARKERS):
-        return None
-    return _lines(block, first_number, redact, st)
+        return False
+    return len(starts) == index.at(len(block)) and block.find(b" HTTP/") == -1 and not any(
+        block.find(m) != -1 for m in USER_CONTENT_MARKERS)
 
 
 def _lines(block: bytes, number: int, redact: Callable[[str], str] | None, st: ReadStats) -> Iterator[Line]:

@@ -47,7 +47,12 @@ def _log(tmp_path, enormous: bool = True):
     # piece holds no partial marker, only the reader's decoder knows it ends a line
     pieces = [f"2025-05-19T12:00:00.{i:06d}Z stderr {'F' if i == 5 else 'P'} {long[i * 9000:(i + 1) * 9000]}"
               for i in range(6)]
-    text = "\n".join(plain) + "\n" + docker_json(SERVING[:300]) + cri_partial(SERVING[300:600])
+    stats = next(line for line in SERVING if "Avg prompt throughput" in line)
+    routes = [f"INFO 05-19 10:00:00 [launcher.py:36] Route: {r}, Methods: GET" for r in ("/health", "/v1/models")]
+    # Docker records end with a stats line and the CRI lines after them start with lines of no keyword: the
+    # reader decodes the records, then owes follow lines to a CRI block the helper scanned
+    text = "\n".join(plain) + "\n" + docker_json([*SERVING[:300], stats]) + cri_partial([*routes * 40,
+                                                                                    *SERVING[300:600]])
     text += "\n".join(pieces) + "\n" + cri_partial(SERVING[600:700])
     text += "\n".join(plain) + "\n"
     if enormous:
@@ -86,6 +91,23 @@ def _report(path, monkeypatch, serial: bool):
     return got
 
 
+def _lines(path, monkeypatch, serial: bool):
+    """What the reader yields, as the engine reads (the series counting access lines, the helper unless serial)."""
+    from diagnoser.engine import _ahead, _Sniffer, prefilter_for
+    from diagnoser.rules import builtin_rules
+    from diagnoser.series import Series, access_counts
+
+    if serial:
+        monkeypatch.setenv(prescan.SERIAL_ENV, "1")
+    with open_log(path) as stream:
+        sniffer = _Sniffer(stream)
+        got = [(line.number, line.text, line.follow) for line in read_lines(
+            sniffer, prefilter_for(builtin_rules()), on_block=Series().access_block, prepass=access_counts,
+            ahead=_ahead(stream, sniffer))]
+    monkeypatch.delenv(prescan.SERIAL_ENV, raising=False)
+    return got
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -106,21 +128,24 @@ def test_the_report_is_the_same_with_the_helper_as_without(tmp_path, monkeypatch
     points = helped["series"]["engines"]["0"]["points"]
     assert sum(p["errors"]["mean"] * p["n"] for p in points) >= 60  # the failed access lines were counted
     assert _gone(small_blocks[0].pid)
+    # the lines themselves, follow lines included (the ones a CRI block owes a plain block the helper scanned)
+    assert _lines(path, monkeypatch, serial=False) == _lines(path, monkeypatch, serial=True)
+    assert len(small_blocks) == 2 and small_blocks[1].blocks == small_blocks[0].blocks
 
 
 def test_a_helper_that_dies_midway_leaves_the_reader_to_finish(tmp_path, monkeypatch, small_blocks):
     path = _log(tmp_path, enormous=False)
     alone = _report(path, monkeypatch, serial=True)
-    original = reader.scan_ahead
+    original = reader.AheadScan.__call__
     calls = [0]
 
-    def dies(*args, **kwargs):  # runs in the helper: its 40th block is its last
+    def dies(self, block):  # runs in the helper: its 40th block is its last
         calls[0] += 1
         if calls[0] == 40:
             os._exit(3)
-        return original(*args, **kwargs)
+        return original(self, block)
 
-    monkeypatch.setattr(reader, "scan_ahead", dies)
+    monkeypatch.setattr(reader.AheadScan, "__call__", dies)
     helped = _report(path, monkeypatch, serial=False)
     assert small_blocks[0].blocks == 39
     assert helped == alone
@@ -186,3 +211,27 @@ def test_a_file_cut_short_under_the_helper_is_read_as_it_is_now(tmp_path):
             assert ahead.read1(1 << 20) == path.read_bytes()[len(block):]
         finally:
             ahead.close()
+
+
+def test_the_helper_s_lines_are_taken_only_when_it_knew_what_the_block_before_owed():
+    """A block after one the reader decoded itself (the helper said nothing of it): the helper chose its lines
+    owing nothing, the reader knows the block before owes three follow lines, and yields them."""
+    from diagnoser.engine import prefilter_for
+    from diagnoser.reader import AheadScan, Decoder, ReadStats, _whole_block
+    from diagnoser.rules import builtin_rules
+
+    prefilter = prefilter_for(builtin_rules())
+    prefilter.searched_elsewhere(1 << 30)  # past the small input: hyperscan searches, as past the paste start
+    routes = "".join(f"INFO 05-19 10:00:0{i} [launcher.py:36] Route: /r{i}, Methods: GET\n" for i in range(5))
+    block = (routes + "\n".join(SERVING[200:400]) + "\n").encode()
+    answer = AheadScan(prefilter, None, -1)(block)  # (-1: the block before was not the helper's)
+
+    def lines(ahead):
+        got = _whole_block(block, 100, 3, prefilter, None, ReadStats(), Decoder(), None, ahead)
+        return [(line.number, line.text, line.follow) for line in got]
+
+    alone = lines(None)
+    assert alone[:3] == [(101 + i, f"Route: /r{i}, Methods: GET", True) for i in range(3)]
+    assert lines(answer) == alone
+    knew = AheadScan(prefilter, None, 3)(block)  # a helper that knew: its lines are taken, and are the same
+    assert knew[7][1][:3] == [True, True, True] and lines(knew) == alone
