@@ -1,13 +1,14 @@
-"""Reading ahead in a second process: the reader's C-level passes over a big file run beside its Python work.
+"""Reading ahead in a second process: the reader's block-level work on a big file runs beside its line work.
 
-On a quiet serving log about half of the reader's time is C-level passes over every byte (the keyword search,
-the newline count, the access-line count) and the other half is Python work on the few keyword lines; one
-process does them one after the other. On a big regular file, `Ahead` forks a helper that reads each block of
-whole lines itself (os.pread: its own position in the file) and runs the reader's scan of it; the reader reads
-the same block and takes the scan, so on two cores the passes overlap the Python work.
+On a quiet serving log about half of the reader's time is passes over every byte (the keyword search, the
+newline and access-line counts, which lines to decode) and the other half is Python work on the few keyword
+lines; one process does them one after the other. On a big regular file, `Ahead` forks a helper that reads each
+block of whole lines itself (os.pread: its own position in the file) and runs the reader's scan of it
+(reader.AheadScan); the reader reads the same block and takes the scan, so on two cores the two halves overlap.
 
 The helper runs exactly the reader's own functions on the same bytes, and the reader checks what only it knows
-(its decoder's state) before taking an answer, so a report is the same with or without it. The helper stops at
+(its decoder's state, the follow lines the block before owes) before taking an answer, so a report is the same
+with or without it. The helper stops at
 the end of the input, at a block with no newline (an enormous line) or on any error; the reader then goes on by
 itself from the first block the helper did not scan. The pipe's buffer bounds how far ahead the helper runs.
 It is used only where forking is safe and cheap: Linux, one thread, a regular file, and enough left to read.
@@ -36,10 +37,17 @@ _HEADER = struct.Struct("<q")  #: each message: its length, then a marshalled (l
 
 
 def supported() -> bool:
-    """Whether a helper may be forked here: Linux (fork without exec is safe), no other thread (a fork copies
-    none of them, and a lock one of them holds would stay held in the child), not turned off."""
-    return (sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
-            and os.environ.get(SERIAL_ENV, "") in ("", "0"))
+    """Whether a helper may be forked here: Linux (fork without exec is safe), no other thread, Python's or a
+    native library's (a fork copies none of them, and a lock one of them holds would stay held in the child:
+    a Ray worker has many), not turned off."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    if os.environ.get(SERIAL_ENV, "") not in ("", "0"):
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # no /proc (a sandbox): the threads cannot be counted
+        return False
 
 
 def regular_file(stream: BinaryIO) -> tuple[int, int, int] | None:

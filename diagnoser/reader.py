@@ -586,13 +586,14 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     # read1 returns what a pipe has now instead of waiting for a full block: a live server's log flows
     read = getattr(stream, "read1", stream.read)
     helper: Any = None  # the prescan.Ahead giving the blocks, while it runs
-    asked = ahead is None or prefilter is None  # whether a helper was asked for (once, past PASTE_MAX)
+    asked = ahead is None or prefilter is None  # whether a helper was asked for (once, after the first block)
     try:
         while True:
-            if not asked and st.bytes > PASTE_MAX:
+            if not asked and st.bytes:
                 asked = True
                 if prefilter is not None and prefilter.accelerated:
-                    helper = ahead(st.bytes - len(carry), BLOCK, AheadScan(prefilter, prepass, pending_follow))
+                    helper = ahead(st.bytes - len(carry), BLOCK,
+                                   AheadScan(prefilter, prepass, pending_follow, st.bytes - len(carry)))
                     if helper is not None:  # its first block starts with the partial line carried
                         st.bytes -= len(carry)
                         carry = b""
@@ -702,15 +703,18 @@ class AheadScan:
     None where _whole_block does not find the hits in place (a shipper's record or a PRETTY marker: it decodes
     the block itself). Plain values only: they cross a pipe."""
 
-    def __init__(self, prefilter: Prefilter, prepass: Callable[..., Any] | None, owed: int) -> None:
+    def __init__(self, prefilter: Prefilter, prepass: Callable[..., Any] | None, owed: int, read: int) -> None:
         self.prefilter, self.prepass = prefilter, prepass
         self.owed = owed  #: follow lines the block before owes this one (-1: unknown, the reader decoded it)
+        self.read = read  #: bytes of the input before the next block (the paste-sized start is told apart)
 
     def __call__(self, block: bytes) -> Any:
         from .shaped import is_dense
 
-        plain = _plain(block, self.prefilter, Decoder())  # (a fresh decoder: the reader checks its own is idle)
-        if plain is None or plain[2] is None:
+        self.read += len(block)
+        # (within the paste-sized start, a hard-wrapped block is unwrapped first: _searched)
+        plain = None if self.read <= PASTE_MAX and _hard_wrapped(block) else _plain(block, self.prefilter, Decoder())
+        if plain is None or plain[2] is None:  # (a fresh decoder: the reader checks its own is idle)
             self.owed = -1
             return None
         gaps, starts, ends, _found = plain

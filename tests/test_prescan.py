@@ -133,6 +133,19 @@ def test_the_report_is_the_same_with_the_helper_as_without(tmp_path, monkeypatch
     assert len(small_blocks) == 2 and small_blocks[1].blocks == small_blocks[0].blocks
 
 
+def test_a_hard_wrapped_paste_at_the_start_is_unwrapped_with_the_helper_too(tmp_path, monkeypatch, small_blocks):
+    """A terminal's hard wraps (80 columns) over the first blocks: within the paste-sized start the reader
+    rejoins them, so the helper leaves such a block to it."""
+    wrapped = [line[i:i + 80] for line in SERVING[:700] for i in range(0, max(len(line), 1), 80)]
+    path = tmp_path / "pasted.log"
+    path.write_text("\n".join([*wrapped, *SERVING * 2, *FAILURE]) + "\n")
+    alone = _report(path, monkeypatch, serial=True)
+    helped = _report(path, monkeypatch, serial=False)
+    assert small_blocks and small_blocks[0].blocks > 20
+    assert helped == alone
+    assert _lines(path, monkeypatch, serial=False) == _lines(path, monkeypatch, serial=True)
+
+
 def test_a_helper_that_dies_midway_leaves_the_reader_to_finish(tmp_path, monkeypatch, small_blocks):
     path = _log(tmp_path, enormous=False)
     alone = _report(path, monkeypatch, serial=True)
@@ -187,6 +200,9 @@ def test_no_helper_for_pipes_compressed_files_threads_or_when_turned_off(tmp_pat
     other.start()
     try:
         assert not prescan.supported()  # a fork would copy no thread, and any lock one holds stays held
+        with monkeypatch.context() as m:  # a thread Python does not know of (a native library's, Ray's) counts too
+            m.setattr(threading, "active_count", lambda: 1)
+            assert not prescan.supported()
         with open_log(path) as stream:
             diagnose(stream, str(path))
     finally:
@@ -224,7 +240,7 @@ def test_the_helper_s_lines_are_taken_only_when_it_knew_what_the_block_before_ow
     prefilter.searched_elsewhere(1 << 30)  # past the small input: hyperscan searches, as past the paste start
     routes = "".join(f"INFO 05-19 10:00:0{i} [launcher.py:36] Route: /r{i}, Methods: GET\n" for i in range(5))
     block = (routes + "\n".join(SERVING[200:400]) + "\n").encode()
-    answer = AheadScan(prefilter, None, -1)(block)  # (-1: the block before was not the helper's)
+    answer = AheadScan(prefilter, None, -1, 1 << 30)(block)  # (-1: the block before was not the helper's)
 
     def lines(ahead):
         got = _whole_block(block, 100, 3, prefilter, None, ReadStats(), Decoder(), None, ahead)
@@ -233,5 +249,5 @@ def test_the_helper_s_lines_are_taken_only_when_it_knew_what_the_block_before_ow
     alone = lines(None)
     assert alone[:3] == [(101 + i, f"Route: /r{i}, Methods: GET", True) for i in range(3)]
     assert lines(answer) == alone
-    knew = AheadScan(prefilter, None, 3)(block)  # a helper that knew: its lines are taken, and are the same
+    knew = AheadScan(prefilter, None, 3, 1 << 30)(block)  # a helper that knew: its lines are taken, and are the same
     assert knew[7][1][:3] == [True, True, True] and lines(knew) == alone
