@@ -113,8 +113,8 @@ def _ahead(stream: BinaryIO, sniffer: _Sniffer) -> Callable[[int, int, Callable[
     once a vLLM sign went by (past it the sniffer is not asked again) and enough is left to read."""
     from . import prescan
 
-    found = prescan.regular_file(stream) if prescan.supported() else None
-    if found is None:
+    found = prescan.regular_file(stream)
+    if found is None or found[2] - found[1] < prescan.MIN_REST or not prescan.supported():
         return None
     fd, base, size = found
 

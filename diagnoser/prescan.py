@@ -20,26 +20,27 @@ import contextlib
 import io
 import marshal
 import os
-import signal
 import stat
-import struct
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO
+
+# (signal, struct and threading are imported when a helper may be wanted: a small log never pays for them)
 
 #: Bytes still to read for a helper to pay for itself (a fork and a message a block cost about 5 ms in all).
 MIN_REST = 32 << 20
 #: The environment variable that keeps the reader in one process (a non-empty value other than "0").
 SERIAL_ENV = "VLLM_DOCTOR_SERIAL"
 
-_HEADER = struct.Struct("<q")  #: each message: its length, then a marshalled (length of the block, scan)
+_HEADER = 8  #: each message: its length (8 bytes, little-endian), then a marshalled (length of the block, scan)
 
 
 def supported() -> bool:
     """Whether a helper may be forked here: Linux (fork without exec is safe), no other thread, Python's or a
     native library's (a fork copies none of them, and a lock one of them holds would stay held in the child:
     a Ray worker has many), not turned off."""
+    import threading
+
     if not sys.platform.startswith("linux") or not hasattr(os, "fork") or threading.active_count() != 1:
         return False
     if os.environ.get(SERIAL_ENV, "") not in ("", "0"):
@@ -113,10 +114,10 @@ class Ahead:
         if self._pipe is None:
             return None
         try:
-            head = self._pipe.read(_HEADER.size)
-            if len(head) != _HEADER.size:
+            head = self._pipe.read(_HEADER)
+            if len(head) != _HEADER:
                 return None
-            (size,) = _HEADER.unpack(head)
+            size = int.from_bytes(head, "little", signed=True)
             if size <= 0:
                 return None  # the helper's own end: input ended, an enormous line, or an error
             body = self._pipe.read(size)
@@ -134,6 +135,8 @@ class Ahead:
             self._pipe.close()
             self._pipe = None
         if self._pid is not None:
+            import signal
+
             pid, self._pid = self._pid, None
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -147,6 +150,7 @@ def _helper(fd: int, offset: int, block: int, scan: Callable[[bytes], Any], w: i
     code = 0
     try:
         import gc
+        import signal
 
         gc.disable()  # (a collection would write to every object, copying the parent's pages for nothing)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends the parent and the helper at once, quietly
@@ -158,11 +162,11 @@ def _helper(fd: int, offset: int, block: int, scan: Callable[[bytes], Any], w: i
                 break
             length = cut + 1
             body = marshal.dumps((length, scan(chunk if length == len(chunk) else chunk[:length])))
-            out.write(_HEADER.pack(len(body)))
+            out.write(len(body).to_bytes(_HEADER, "little", signed=True))
             out.write(body)
             out.flush()
             offset += length
-        out.write(_HEADER.pack(0))
+        out.write(bytes(_HEADER))
         out.flush()
     except BaseException:  # noqa: BLE001 - a closed pipe (the reader is done), Ctrl-C, anything: the reader goes on
         code = 1
