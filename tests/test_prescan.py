@@ -55,6 +55,8 @@ def _log(tmp_path, enormous: bool = True):
                                                                                     *SERVING[300:600]])
     text += "\n".join(pieces) + "\n" + cri_partial(SERVING[600:700])
     text += "\n".join(plain) + "\n"
+    # a keyword-dense stretch (every line a stats line: blocks the reader builds shape by shape)
+    text += "\n".join(line for line in SERVING * 3 if "Avg prompt throughput" in line) + "\n"
     if enormous:
         text += "WARNING 05-19 12:30:00 [serving.py:9] " + "y" * 100_000 + "\n" + "\n".join(SERVING[:900]) + "\n"
     text += "\n".join(FAILURE)  # no newline at the end: a truncated log
