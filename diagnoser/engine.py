@@ -110,17 +110,21 @@ def prefilter_for(rules: list[Rule] | tuple[Rule, ...]) -> Prefilter:
 
 def _ahead(stream: BinaryIO, sniffer: _Sniffer) -> Callable[[int, int, Callable[[bytes], Any]], Any] | None:
     """read_lines's `ahead` for a plain regular file: a prescan.Ahead from an offset of what the reader read,
-    once a vLLM sign went by (past it the sniffer is not asked again) and enough is left to read."""
+    once a vLLM sign went by (past it the sniffer is not asked again) and enough is left to read, at most
+    prescan.MAX_HELPERS times a read."""
     from . import prescan
 
     found = prescan.regular_file(stream)
     if found is None or found[2] - found[1] < prescan.MIN_REST or not prescan.supported():
         return None
     fd, base, size = found
+    made = [0]
 
     def start(offset: int, block: int, scan: Callable[[bytes], Any]) -> prescan.Ahead | None:
-        if not sniffer.found or size - (base + offset) < prescan.MIN_REST or not prescan.supported():
+        if (not sniffer.found or size - (base + offset) < prescan.MIN_REST or made[0] >= prescan.MAX_HELPERS
+                or not prescan.supported()):
             return None
+        made[0] += 1
         return prescan.Ahead(fd, base + offset, block, scan)
 
     return start

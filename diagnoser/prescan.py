@@ -10,7 +10,8 @@ The helper runs exactly the reader's own functions on the same bytes, and the re
 (its decoder's state, the follow lines the block before owes) before taking an answer, so a report is the same
 with or without it. The helper stops at
 the end of the input, at a block with no newline (an enormous line) or on any error; the reader then goes on by
-itself from the first block the helper did not scan. The pipe's buffer bounds how far ahead the helper runs.
+itself from the first block the helper did not scan, and after a block of whole lines asks for another helper
+(up to MAX_HELPERS a read). The pipe's buffer bounds how far ahead the helper runs.
 It is used only where forking is safe and cheap: Linux, one thread, a regular file, and enough left to read.
 """
 
@@ -29,6 +30,8 @@ from typing import Any, BinaryIO
 
 #: Bytes still to read for a helper to pay for itself (a fork and a message a block cost about 5 ms in all).
 MIN_REST = 32 << 20
+#: Helpers one read forks at most (one stops for good at a line longer than a block; the next starts after it).
+MAX_HELPERS = 4
 #: The environment variable that keeps the reader in one process (a non-empty value other than "0").
 SERIAL_ENV = "VLLM_DOCTOR_SERIAL"
 

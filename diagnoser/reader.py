@@ -575,8 +575,9 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     starts)` returned (None: on_block computes it).
 
     `ahead(offset, block_size, scan)`: a prescan.Ahead over the rest of the input from that offset of the stream,
-    or None. Asked once past the paste-sized start when hyperscan searches: the blocks then come from it, each
-    with AheadScan's answer computed by its helper process; when it stops, the reading goes on from where it did.
+    or None. Asked after the first block when hyperscan searches: the blocks then come from it, each with
+    AheadScan's answer computed by its helper process; when it stops, the reading goes on from where it did, and
+    asks again after the next block of whole lines it reads itself.
     """
     st = stats if stats is not None else ReadStats()
     shapes = Decoder()  # shipper records (docker json-file, journald, Loki, OTLP, vLLM's JSON formatter)
@@ -586,11 +587,13 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
     # read1 returns what a pipe has now instead of waiting for a full block: a live server's log flows
     read = getattr(stream, "read1", stream.read)
     helper: Any = None  # the prescan.Ahead giving the blocks, while it runs
-    asked = ahead is None or prefilter is None  # whether a helper was asked for (once, after the first block)
+    # ask for a helper after the first block, and again after a block read here once one stopped (a line longer
+    # than a block stops it: the next may start after that line; `ahead` says how many it allows)
+    ask, stopped = ahead is not None and prefilter is not None, False
     try:
         while True:
-            if not asked and st.bytes:
-                asked = True
+            if ask and st.bytes:
+                ask = False
                 if prefilter is not None and prefilter.accelerated:
                     helper = ahead(st.bytes - len(carry), BLOCK,
                                    AheadScan(prefilter, prepass, pending_follow, st.bytes - len(carry)))
@@ -604,7 +607,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
                     number, pending_follow = yield from _whole_block(
                         got[0], number, pending_follow, prefilter, redact, st, shapes, on_block, got[1])
                     continue
-                read, helper = helper.read1, None  # it stopped: the rest is read here, from where it did
+                read, helper, stopped = helper.read1, None, True  # it stopped: reading goes on here, from there
             chunk = read(BLOCK)
             if not chunk:
                 break
@@ -628,6 +631,7 @@ def read_lines(stream: BinaryIO, prefilter: Prefilter | None = None, redact: Red
             carry = chunk[cut + 1 :]
             number, pending_follow = yield from _whole_block(
                 block, number, pending_follow, prefilter, redact, st, shapes, on_block)
+            ask, stopped = ask or stopped, False
     finally:
         if helper is not None:
             helper.close()

@@ -123,16 +123,17 @@ def test_the_report_is_the_same_with_the_helper_as_without(tmp_path, monkeypatch
     alone = _report(path, monkeypatch, serial=True)
     assert small_blocks == []  # (serial: no helper was made)
     helped = _report(path, monkeypatch, serial=False)
-    assert len(small_blocks) == 1 and small_blocks[0].blocks > 50  # the helper scanned most blocks
+    # the first helper stops at the enormous line, the second starts after it and scans to the end
+    assert len(small_blocks) == 2 and small_blocks[0].blocks > 50 and small_blocks[1].blocks > 5
     assert helped == alone
     assert "kv-cache-too-small" in [f["rule"] for f in helped["findings"]]
     assert helped["input"]["lines"] == path.read_bytes().count(b"\n") + 1
     points = helped["series"]["engines"]["0"]["points"]
     assert sum(p["errors"]["mean"] * p["n"] for p in points) >= 60  # the failed access lines were counted
-    assert _gone(small_blocks[0].pid)
+    assert _gone(small_blocks[0].pid) and _gone(small_blocks[1].pid)
     # the lines themselves, follow lines included (the ones a CRI block owes a plain block the helper scanned)
     assert _lines(path, monkeypatch, serial=False) == _lines(path, monkeypatch, serial=True)
-    assert len(small_blocks) == 2 and small_blocks[1].blocks == small_blocks[0].blocks
+    assert [a.blocks for a in small_blocks[2:]] == [a.blocks for a in small_blocks[:2]]
 
 
 def test_a_hard_wrapped_paste_at_the_start_is_unwrapped_with_the_helper_too(tmp_path, monkeypatch, small_blocks):
@@ -146,6 +147,18 @@ def test_a_hard_wrapped_paste_at_the_start_is_unwrapped_with_the_helper_too(tmp_
     assert small_blocks and small_blocks[0].blocks > 20
     assert helped == alone
     assert _lines(path, monkeypatch, serial=False) == _lines(path, monkeypatch, serial=True)
+
+
+def test_each_line_longer_than_a_block_stops_a_helper_and_the_next_starts_after_it(tmp_path, monkeypatch,
+                                                                                    small_blocks):
+    huge = (API + "INFO 05-19 11:00:00 [logger.py:39] Received request cmpl-9: prompt: '" + "why " * 10_000
+            + "', params: SamplingParams(n=1).")  # a 40 KB prompt: longer than a block
+    path = tmp_path / "prompts.log"
+    path.write_text("\n".join([*SERVING, *[line for _ in range(6) for line in (huge, *SERVING[:500])],
+                               *FAILURE]) + "\n")
+    alone = _report(path, monkeypatch, serial=True)
+    assert _report(path, monkeypatch, serial=False) == alone
+    assert len(small_blocks) == prescan.MAX_HELPERS and all(a.blocks >= 2 for a in small_blocks)
 
 
 def test_a_helper_that_dies_midway_leaves_the_reader_to_finish(tmp_path, monkeypatch, small_blocks):
