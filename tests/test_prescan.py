@@ -6,22 +6,23 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
 
-from diagnoser import prescan, reader
-from diagnoser.engine import diagnose
-from diagnoser.reader import read_lines
-from diagnoser.report.model import report_dict
+from diagnoser import prescan
 from diagnoser.sources import open_log
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, ROOT
 from .test_shapes import cri_partial, docker_json
 
 pytestmark = pytest.mark.skipif(not prescan.supported(), reason="the helper is forked on Linux only")
 
+DRIVER = ROOT / "tests" / "prescan_driver.py"
 SERVING = (FIXTURES / "serving-v1-0.12-3h.log").read_text().split("\n")[:-1]
 FAILURE = (FIXTURES / "kv-cache-too-small-v1-0.16.log").read_text().split("\n")[:-1]
 API = "\x1b[1;36m(APIServer pid=7)\x1b[0;0m "
@@ -65,151 +66,96 @@ def _log(tmp_path, enormous: bool = True):
     return path
 
 
-@pytest.fixture
-def small_blocks(monkeypatch):
-    """Blocks of 16 KiB past a 32 KiB paste start, and a helper for any size: a few MB take every path."""
-    monkeypatch.setattr(reader, "BLOCK", 1 << 14)
-    monkeypatch.setattr(reader, "PASTE_MAX", 1 << 15)
-    monkeypatch.setattr(prescan, "MIN_REST", 0)
-    made: list[prescan.Ahead] = []
+@pytest.fixture(autouse=True)
+def fresh_prefilter(monkeypatch):
+    """A prefilter of the tests' own: the shared one may have been built by a test that turned hyperscan off
+    (VLLM_DOCTOR_PURE_PYTHON), and the helper is asked for only when hyperscan searches."""
+    from diagnoser import engine
 
-    class Counted(prescan.Ahead):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            made.append(self)
-
-    monkeypatch.setattr(prescan, "Ahead", Counted)
-    return made
+    pytest.importorskip("hyperscan")
+    monkeypatch.delenv("VLLM_DOCTOR_PURE_PYTHON", raising=False)
+    monkeypatch.setattr(engine, "_PREFILTERS", {})
 
 
-def _report(path, monkeypatch, serial: bool):
-    if serial:
-        monkeypatch.setenv(prescan.SERIAL_ENV, "1")
-    else:
-        monkeypatch.delenv(prescan.SERIAL_ENV, raising=False)
-    with open_log(path) as stream:
-        got = report_dict(diagnose(stream, str(path)), series=True)
-    monkeypatch.delenv(prescan.SERIAL_ENV, raising=False)
+def run(mode: str, path, *flags: str) -> dict:
+    """tests/prescan_driver.py in a fresh process (one thread: this one has others, so it forks no helper)."""
+    env = {k: v for k, v in os.environ.items() if k not in (prescan.SERIAL_ENV, "VLLM_DOCTOR_PURE_PYTHON")}
+    done = subprocess.run([sys.executable, str(DRIVER), mode, str(path), *flags], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["supported"] and got["gone"]  # a helper could be forked there, and none outlives the read
     return got
 
 
-def _lines(path, monkeypatch, serial: bool):
-    """What the reader yields, as the engine reads (the series counting access lines, the helper unless serial)."""
-    from diagnoser.engine import _ahead, _Sniffer, prefilter_for
-    from diagnoser.rules import builtin_rules
-    from diagnoser.series import Series, access_counts
-
-    if serial:
-        monkeypatch.setenv(prescan.SERIAL_ENV, "1")
-    with open_log(path) as stream:
-        sniffer = _Sniffer(stream)
-        got = [(line.number, line.text, line.follow) for line in read_lines(
-            sniffer, prefilter_for(builtin_rules()), on_block=Series().access_block, prepass=access_counts,
-            ahead=_ahead(stream, sniffer))]
-    monkeypatch.delenv(prescan.SERIAL_ENV, raising=False)
-    return got
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def test_the_report_is_the_same_with_the_helper_as_without(tmp_path, monkeypatch, small_blocks):
+def test_the_report_is_the_same_with_the_helper_as_without(tmp_path):
     path = _log(tmp_path)
-    alone = _report(path, monkeypatch, serial=True)
-    assert small_blocks == []  # (serial: no helper was made)
-    helped = _report(path, monkeypatch, serial=False)
+    alone, helped = run("report", path, "--serial"), run("report", path)
+    assert alone["helpers"] == []
     # the first helper stops at the enormous line, the second starts after it and scans to the end
-    assert len(small_blocks) == 2 and small_blocks[0].blocks > 50 and small_blocks[1].blocks > 5
-    assert helped == alone
-    assert "kv-cache-too-small" in [f["rule"] for f in helped["findings"]]
-    assert helped["input"]["lines"] == path.read_bytes().count(b"\n") + 1
-    points = helped["series"]["engines"]["0"]["points"]
+    assert len(helped["helpers"]) == 2 and helped["helpers"][0] > 50 and helped["helpers"][1] > 5
+    assert helped["report"] == alone["report"]
+    report = helped["report"]
+    assert "kv-cache-too-small" in [f["rule"] for f in report["findings"]]
+    assert report["input"]["lines"] == path.read_bytes().count(b"\n") + 1
+    points = report["series"]["engines"]["0"]["points"]
     assert sum(p["errors"]["mean"] * p["n"] for p in points) >= 60  # the failed access lines were counted
-    assert _gone(small_blocks[0].pid) and _gone(small_blocks[1].pid)
     # the lines themselves, follow lines included (the ones a CRI block owes a plain block the helper scanned)
-    assert _lines(path, monkeypatch, serial=False) == _lines(path, monkeypatch, serial=True)
-    assert [a.blocks for a in small_blocks[2:]] == [a.blocks for a in small_blocks[:2]]
+    assert run("lines", path)["lines"] == run("lines", path, "--serial")["lines"]
 
 
-def test_a_hard_wrapped_paste_at_the_start_is_unwrapped_with_the_helper_too(tmp_path, monkeypatch, small_blocks):
+def test_a_hard_wrapped_paste_at_the_start_is_unwrapped_with_the_helper_too(tmp_path):
     """A terminal's hard wraps (80 columns) over the first blocks: within the paste-sized start the reader
     rejoins them, so the helper leaves such a block to it."""
     wrapped = [line[i:i + 80] for line in SERVING[:700] for i in range(0, max(len(line), 1), 80)]
     path = tmp_path / "pasted.log"
     path.write_text("\n".join([*wrapped, *SERVING * 2, *FAILURE]) + "\n")
-    alone = _report(path, monkeypatch, serial=True)
-    helped = _report(path, monkeypatch, serial=False)
-    assert small_blocks and small_blocks[0].blocks > 20
-    assert helped == alone
-    assert _lines(path, monkeypatch, serial=False) == _lines(path, monkeypatch, serial=True)
+    helped = run("report", path)
+    assert helped["helpers"][0] > 20
+    assert helped["report"] == run("report", path, "--serial")["report"]
+    assert run("lines", path)["lines"] == run("lines", path, "--serial")["lines"]
 
 
-def test_each_line_longer_than_a_block_stops_a_helper_and_the_next_starts_after_it(tmp_path, monkeypatch,
-                                                                                    small_blocks):
+def test_each_line_longer_than_a_block_stops_a_helper_and_the_next_starts_after_it(tmp_path):
     huge = (API + "INFO 05-19 11:00:00 [logger.py:39] Received request cmpl-9: prompt: '" + "why " * 10_000
             + "', params: SamplingParams(n=1).")  # a 40 KB prompt: longer than a block
     path = tmp_path / "prompts.log"
     path.write_text("\n".join([*SERVING, *[line for _ in range(6) for line in (huge, *SERVING[:500])],
                                *FAILURE]) + "\n")
-    alone = _report(path, monkeypatch, serial=True)
-    assert _report(path, monkeypatch, serial=False) == alone
-    assert len(small_blocks) == prescan.MAX_HELPERS and all(a.blocks >= 2 for a in small_blocks)
+    helped = run("report", path)
+    assert helped["report"] == run("report", path, "--serial")["report"]
+    assert len(helped["helpers"]) == prescan.MAX_HELPERS and all(n >= 2 for n in helped["helpers"])
 
 
-def test_a_helper_that_dies_midway_leaves_the_reader_to_finish(tmp_path, monkeypatch, small_blocks):
+def test_a_helper_that_dies_midway_leaves_the_reader_to_finish(tmp_path):
     path = _log(tmp_path, enormous=False)
-    alone = _report(path, monkeypatch, serial=True)
-    original = reader.AheadScan.__call__
-    calls = [0]
-
-    def dies(self, block):  # runs in the helper: its 40th block is its last
-        calls[0] += 1
-        if calls[0] == 40:
-            os._exit(3)
-        return original(self, block)
-
-    monkeypatch.setattr(reader.AheadScan, "__call__", dies)
-    helped = _report(path, monkeypatch, serial=False)
-    assert small_blocks[0].blocks == 39
-    assert helped == alone
+    helped = run("report", path, "--die-at", "40")
+    assert helped["helpers"][0] == 39  # (and the next helper, after a block read alone, died likewise)
+    assert helped["report"] == run("report", path, "--serial")["report"]
 
 
-def test_a_reader_stopped_early_ends_its_helper(tmp_path, monkeypatch, small_blocks):
-    from diagnoser.engine import _ahead, _Sniffer, prefilter_for
-    from diagnoser.rules import builtin_rules
-
-    path = _log(tmp_path)
-    with open_log(path) as stream:
-        sniffer = _Sniffer(stream)
-        lines = read_lines(sniffer, prefilter_for(builtin_rules()), ahead=_ahead(stream, sniffer))
-        for line in lines:
-            if small_blocks and line.number > 4000:
-                break
-        assert small_blocks and small_blocks[0].blocks > 0
-        assert not _gone(small_blocks[0].pid)  # still running (or a zombie) while the reader is open
-        lines.close()
-    assert _gone(small_blocks[0].pid)
+def test_a_reader_stopped_early_ends_its_helper(tmp_path):
+    got = run("early", _log(tmp_path), "--stop-after", "4000")
+    assert got["helpers"] and got["helpers"][0] > 0
+    assert got["running_before_close"]  # still running (or a zombie) while the reader was open; gone after
 
 
-def test_no_helper_for_pipes_compressed_files_threads_or_when_turned_off(tmp_path, monkeypatch, small_blocks):
+def test_no_helper_for_pipes_compressed_files_threads_or_when_turned_off(tmp_path, monkeypatch):
     path = _log(tmp_path)
     assert prescan.regular_file(io.BytesIO(path.read_bytes())) is None
-    packed = tmp_path / "serving.log.gz"
-    packed.write_bytes(gzip.compress(path.read_bytes()))
-    with open_log(packed) as stream:
-        assert prescan.regular_file(stream) is None
-        diagnose(stream, str(packed))
     r, w = os.pipe()
     with open(r, "rb") as pipe, open(w, "wb"):
         assert prescan.regular_file(pipe) is None
     with open_log(path) as stream:
         fd, offset, size = prescan.regular_file(stream)
         assert (offset, size) == (0, path.stat().st_size) and fd == stream.fileno()
+    packed = tmp_path / "serving.log.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    with open_log(packed) as stream:
+        assert prescan.regular_file(stream) is None  # the decompressor's stream, not the file's bytes
+    assert run("report", packed)["helpers"] == []
+    assert run("report", path, "--thread")["helpers"] == []
+    assert run("report", path, "--serial")["helpers"] == []
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
@@ -218,14 +164,9 @@ def test_no_helper_for_pipes_compressed_files_threads_or_when_turned_off(tmp_pat
         with monkeypatch.context() as m:  # a thread Python does not know of (a native library's, Ray's) counts too
             m.setattr(threading, "active_count", lambda: 1)
             assert not prescan.supported()
-        with open_log(path) as stream:
-            diagnose(stream, str(path))
     finally:
         stop.set()
         other.join()
-    monkeypatch.setenv(prescan.SERIAL_ENV, "1")
-    assert not prescan.supported()
-    assert small_blocks == []
 
 
 def test_a_file_cut_short_under_the_helper_is_read_as_it_is_now(tmp_path):
@@ -253,6 +194,7 @@ def test_the_helper_s_lines_are_taken_only_when_it_knew_what_the_block_before_ow
 
     prefilter = prefilter_for(builtin_rules())
     prefilter.searched_elsewhere(1 << 30)  # past the small input: hyperscan searches, as past the paste start
+    assert prefilter.accelerated
     routes = "".join(f"INFO 05-19 10:00:0{i} [launcher.py:36] Route: /r{i}, Methods: GET\n" for i in range(5))
     block = (routes + "\n".join(SERVING[200:400]) + "\n").encode()
     answer = AheadScan(prefilter, None, -1, 1 << 30)(block)  # (-1: the block before was not the helper's)
