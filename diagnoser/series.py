@@ -207,18 +207,24 @@ class Buckets:
                 agg[3] += 1
 
     def _halve(self) -> None:
-        merged = []
-        for a, b in zip(self.items[0::2], self.items[1::2], strict=False):
-            f = {k: list(v) for k, v in a["f"].items()}
+        # each pair merges into its first bucket, in place (nothing else holds a bucket or its lists)
+        items = self.items
+        for a, b in zip(items[0::2], items[1::2], strict=False):
+            f = a["f"]
             for k, v in b["f"].items():
-                if k in f:
-                    f[k] = [min(f[k][0], v[0]), max(f[k][1], v[1]), f[k][2] + v[2], f[k][3] + v[3]]
-                else:
-                    f[k] = list(v)
-            merged.append({"t0": a["t0"], "t1": b["t1"], "n": a["n"] + b["n"], "f": f})
-        if len(self.items) % 2:
-            merged.append(self.items[-1])
-        self.items = merged
+                agg = f.get(k)
+                if agg is None:
+                    f[k] = v
+                    continue
+                if v[0] < agg[0]:  # min() and max() without the calls, as in add()
+                    agg[0] = v[0]
+                if v[1] > agg[1]:
+                    agg[1] = v[1]
+                agg[2] += v[2]
+                agg[3] += v[3]
+            a["t1"] = b["t1"]
+            a["n"] += b["n"]
+        self.items = items[0::2]
         self.width *= 2
 
     def points(self, clock: Clock) -> list[dict[str, Any]]:

@@ -74,6 +74,27 @@ def test_buckets_stay_bounded_and_keep_extremes():
     assert sum(x["n"] for x in b.items) == 100_000
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_each_bucket_sums_up_exactly_the_points_it_covers_after_any_number_of_halvings(seed):
+    import random
+
+    rng = random.Random(seed)
+    b = Buckets(capacity=rng.choice([3, 8, 16]))
+    raw = []
+    for i in range(rng.randrange(200, 2000)):
+        values = {k: float(rng.randrange(-50, 50)) for k in rng.sample(["kv_pct", "running", "waiting", "gen_tps"],
+                                                                        rng.randrange(1, 5))}
+        raw.append((float(i), values))
+        b.add(float(i), dict(values))
+    assert b.width >= 8 and sum(x["n"] for x in b.items) == len(raw)
+    for bucket in b.items:
+        covered = [v for t, v in raw if bucket["t0"] <= t <= bucket["t1"]]
+        assert len(covered) == bucket["n"]
+        for k, (lo, hi, total, n) in bucket["f"].items():
+            mine = [v[k] for v in covered if k in v]
+            assert (lo, hi, total, n) == (min(mine), max(mine), sum(mine), len(mine))
+
+
 def test_year_less_clock_crosses_new_year():
     from diagnoser.reader import parse_line
 
