@@ -208,3 +208,16 @@ def test_the_helper_s_lines_are_taken_only_when_it_knew_what_the_block_before_ow
     assert lines(answer) == alone
     knew = AheadScan(prefilter, None, 3, 1 << 30)(block)  # a helper that knew: its lines are taken, and are the same
     assert knew[7][1][:3] == [True, True, True] and lines(knew) == alone
+
+
+def test_the_helper_leaves_a_hard_wrapped_block_of_the_paste_sized_start_to_the_reader():
+    from diagnoser.engine import prefilter_for
+    from diagnoser.reader import PASTE_MAX, AheadScan
+    from diagnoser.rules import builtin_rules
+
+    prefilter = prefilter_for(builtin_rules())
+    prefilter.searched_elsewhere(1 << 30)
+    wrapped = [line[i:i + 80] for line in SERVING[:300] for i in range(0, max(len(line), 1), 80)]
+    block = ("\n".join(wrapped) + "\n").encode()
+    assert AheadScan(prefilter, None, 0, 0)(block) is None  # the reader unwraps it
+    assert AheadScan(prefilter, None, 0, PASTE_MAX)(block) is not None  # past the start: searched as it is
