@@ -125,7 +125,10 @@ def _ahead(stream: BinaryIO, sniffer: _Sniffer) -> Callable[[int, int, Callable[
                 or not prescan.supported()):
             return None
         made[0] += 1
-        return prescan.Ahead(fd, base + offset, block, scan)
+        try:
+            return prescan.Ahead(fd, base + offset, block, scan)
+        except OSError:  # no process or descriptor to spare (EAGAIN, EMFILE), fork refused by a sandbox: one process
+            return None
 
     return start
 

@@ -80,7 +80,12 @@ class Ahead:
         self.fd, self.offset, self._block = fd, offset, block
         self.blocks = 0  #: blocks taken with the helper's scan
         r, w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            raise
         if pid == 0:  # the helper: never returns (whatever happens, it must not go on as the reader)
             try:
                 os.close(r)

@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--die-at", type=int, default=0, help="the helper exits at its Nth block")
     parser.add_argument("--stop-after", type=int, default=4000, help="(early) the line after which to close")
     parser.add_argument("--thread", action="store_true", help="another thread runs meanwhile")
+    parser.add_argument("--no-fork", action="store_true", help="fork fails (EAGAIN), as a sandbox may make it")
     args = parser.parse_args()
     out: dict[str, object] = {"supported": prescan.supported()}  # (before the thread and the switch below)
     if args.thread:
@@ -47,6 +48,11 @@ def main() -> None:
         threading.Thread(target=threading.Event().wait, daemon=True).start()
     if args.serial:
         os.environ[prescan.SERIAL_ENV] = "1"
+    if args.no_fork:
+        def refused() -> int:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+
+        prescan.os.fork = refused  # type: ignore[assignment]  # (the driver's own process: nothing else forks)
     reader.BLOCK, reader.PASTE_MAX, prescan.MIN_REST = 1 << 14, 1 << 15, 0
     made: list[prescan.Ahead] = []
 

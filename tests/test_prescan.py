@@ -156,6 +156,8 @@ def test_no_helper_for_pipes_compressed_files_threads_or_when_turned_off(tmp_pat
     assert run("report", packed)["helpers"] == []
     assert run("report", path, "--thread")["helpers"] == []
     assert run("report", path, "--serial")["helpers"] == []
+    refused = run("report", path, "--no-fork")  # a fork refused (a sandbox, no process to spare): read alone
+    assert refused["helpers"] == [] and refused["report"] == run("report", path, "--serial")["report"]
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
