@@ -77,7 +77,7 @@ class Ahead:
     """
 
     def __init__(self, fd: int, offset: int, block: int, scan: Callable[[bytes], Any]) -> None:
-        self.fd, self.offset, self._block = fd, offset, block
+        self.fd, self.offset = fd, offset
         self.blocks = 0  #: blocks taken with the helper's scan
         r, w = os.pipe()
         try:
