@@ -713,8 +713,6 @@ class AheadScan:
         self.read = read  #: bytes of the input before the next block (the paste-sized start is told apart)
 
     def __call__(self, block: bytes) -> Any:
-        from .shaped import is_dense
-
         self.read += len(block)
         # (within the paste-sized start, a hard-wrapped block is unwrapped first: _searched)
         plain = None if self.read <= PASTE_MAX and _hard_wrapped(block) else _plain(block, self.prefilter, Decoder())
@@ -728,10 +726,7 @@ class AheadScan:
         index.at(len(block))
         offsets, counts = list(index._offsets), list(index._counts)
         owed_before = self.owed
-        if is_dense(block, starts, index):
-            chosen: Any = (starts, [False] * len(starts), list(range(len(starts))))
-        else:
-            chosen = _chosen(block, starts, max(owed_before, 0), is_user_content, index)
+        chosen = _chosen(block, starts, max(owed_before, 0), is_user_content, index)
         self.owed = _follow_after(block, self.prefilter, is_user_content)
         return (gaps, starts, ends, offsets, counts, self.prepass(block, gaps, starts) if self.prepass else None,
                 owed_before, chosen, self.owed)
@@ -1049,13 +1044,6 @@ def _block_lines(block: bytes, first_number: int, prefilter: Prefilter | None, r
         return
     if starts is None:
         starts = prefilter.hit_lines(block)
-    if chosen is None and index is not None and line_map is None:  # keyword-dense: one shape decides once
-        from .shaped import dense_lines
-
-        dense = dense_lines(block, first_number, starts, index, redact, st)
-        if dense is not None:
-            yield from dense
-            return
     from .shaped import physical_lines
 
     offsets, follows, before = _chosen(block, starts, pending_follow, blank, index) if chosen is None else chosen
@@ -1070,7 +1058,12 @@ def _chosen(block: bytes, starts: list[int], pending_follow: int, blank: Callabl
             index: LineIndex | None) -> tuple[list[int], list[bool], list[int]]:
     """Which lines of a block _block_lines yields, in order: their offsets, whether each is only a follow line,
     and the block's lines before each. A function of the block alone (and the follow lines the block before
-    owed): the reader's helper process computes it ahead."""
+    owed): the reader's helper process computes it ahead. `index` (a block the decoder left as it is): a
+    keyword-dense block is every line (shaped.is_dense), without a follow line to look for."""
+    from .shaped import is_dense
+
+    if index is not None and is_dense(block, starts, index):
+        return starts, [False] * len(starts), list(range(len(starts)))
     if blank is not None:
         blank = _memo(blank)  # a follow line's test is asked again when it is chosen
         starts = [s for s in starts if not blank(block, s)]

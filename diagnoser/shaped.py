@@ -9,9 +9,9 @@ one literal digit, RFC 5424's version, can only start a line), the secret hints 
 digit occur at the same places in every line of a shape, and an access line's status (`HTTP/[12]`) is never
 asked (a block with ` HTTP/` goes the general way). So:
 
-- the reader (`dense_lines`): the first line of each shape in a block of keyword lines only goes the slow way;
-  when that gave exactly the Line built from one header match (nothing redacted, nothing split), the shape is
-  marked good and its other lines are built directly;
+- the reader (`physical_lines`; `is_dense` lets reader._chosen take every line of a block of keyword lines): the
+  first line of each shape only goes the slow way; when that gave exactly the Line built from one header match
+  (nothing redacted, nothing split), the shape is marked good and its other lines are built directly;
 - `ShapeCache`: which keywords a shape holds (the tracker's landmarks, the matcher's rules), those with a
   digit tested on the lines where the shape allows them;
 - `ShapePlans`: where a stats line's numbers are (series, tracker), sliced out of each line;
@@ -22,11 +22,11 @@ asked (a block with ` HTTP/` goes the general way). So:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .keywords import lowered
-from .reader import RANK_IN_PROC, USER_CONTENT_MARKERS, Line, LineIndex, ReadStats, _physical_to_lines
+from .reader import RANK_IN_PROC, USER_CONTENT_MARKERS, Line, LineIndex, _physical_to_lines
 from .redact import LONG_TEXT, Redactor, maybe_secret
 
 #: shapes remembered at most (a log of endlessly new shapes only pays one dict lookup a line)
@@ -71,37 +71,14 @@ def shape_key(text: str) -> bytes:
 _last: tuple[str | None, bytes] = (None, b"")
 
 
-def dense_lines(block: bytes, first_number: int, starts: list[int], index: LineIndex,
-                redact: Callable[[str], str] | None, st: ReadStats) -> Iterator[Line] | None:
-    """The Lines of a block in which every line holds a keyword, as reader._block_lines yields them; None when
-    the block is not such a block (the general path then reads it).
-
-    Every line is then a keyword line of its own, none is a request-logger or access line (no marker, no
-    ` HTTP/` in the block): the general path selects each line once, none as a follow line. The first and the
-    last hit are tested before the block's lines are counted (`index`), which would be a pass over a block the
-    general path then counts again.
-    """
-    return _lines(block, first_number, redact, st) if is_dense(block, starts, index) else None
-
-
 def is_dense(block: bytes, starts: list[int], index: LineIndex) -> bool:
-    """Whether every line of the block is a keyword line of its own (see dense_lines)."""
+    """Whether every line of the block is a keyword line of its own: none is a request-logger or access line (no
+    marker, no ` HTTP/` in the block), so reader._chosen selects each line once, none as a follow line, without
+    looking for any. The first and the last hit are tested before the block's lines are counted (`index`)."""
     if not starts or starts[0] != 0 or block.find(b"\n", starts[-1]) != len(block) - 1:
         return False
     return len(starts) == index.at(len(block)) and block.find(b" HTTP/") == -1 and not any(
         block.find(m) != -1 for m in USER_CONTENT_MARKERS)
-
-
-def _lines(block: bytes, number: int, redact: Callable[[str], str] | None, st: ReadStats) -> Iterator[Line]:
-    pos, find = 0, block.find
-    while True:
-        end = find(b"\n", pos)
-        if end == -1:
-            break
-        number += 1
-        st.decoded_lines += 1
-        yield from physical_lines(number, block[pos:end], redact, False)
-        pos = end + 1
 
 
 def physical_lines(number: int, raw: bytes, redact: Callable[[str], str] | None, follow: bool

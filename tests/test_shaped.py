@@ -171,16 +171,16 @@ def test_fast_paths_give_the_slow_paths_report(monkeypatch):
 
 
 def _general_block_lines(block_lines):
-    """reader._block_lines with the dense fast path refused (dense_lines answers None)."""
+    """reader._block_lines with the dense fast path refused (is_dense answers False)."""
     def general(*args, **kwargs):
         from diagnoser import shaped as s
 
-        keep = s.dense_lines
-        s.dense_lines = lambda *a, **k: None
+        keep = s.is_dense
+        s.is_dense = lambda *a, **k: False
         try:
             yield from block_lines(*args, **kwargs)
         finally:
-            s.dense_lines = keep
+            s.is_dense = keep
     return general
 
 
