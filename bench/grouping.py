@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from diagnoser.advise import _group  # noqa: E402
-from diagnoser.reader import Line  # noqa: E402
+from diagnoser.analysis.advise import _group  # noqa: E402
+from diagnoser.ingest.reader import Line  # noqa: E402
 from tests.security.test_grouping import _reference  # noqa: E402
 
 

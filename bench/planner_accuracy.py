@@ -27,9 +27,9 @@ from typing import Any
 
 import yaml
 
-from diagnoser import memory as mem
-from diagnoser import releases, sizing
-from diagnoser.modelspec import load_gpu, load_model
+from diagnoser.vllm import memory as mem
+from diagnoser.vllm import releases, sizing
+from diagnoser.vllm.modelspec import load_gpu, load_model
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "startup_measurements.yaml"
 

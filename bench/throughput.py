@@ -66,8 +66,8 @@ def ensure_log(size_mb: float, seed: int, failure: str, mix: str) -> tuple[Path,
 # --------------------------------------------------------------------------------------------------------
 
 def prefilter_keywords() -> list[str]:
-    from diagnoser.engine import prefilter_for
-    from diagnoser.rules import builtin_rules
+    from diagnoser.analysis.pipeline import prefilter_for
+    from diagnoser.rules.loader import builtin_rules
 
     return [k.decode() for k in prefilter_for(builtin_rules()).keywords]
 
@@ -211,8 +211,8 @@ def keyword_hits(path: Path, keywords: list[str]) -> tuple[dict[str, int], int, 
 
 def line_kinds(path: Path) -> dict[str, list[int]]:
     """Prefilter-selected lines by kind: {kind: [lines, bytes]}. Where the hits (and the decoding) come from."""
-    from diagnoser.engine import prefilter_for
-    from diagnoser.rules import builtin_rules
+    from diagnoser.analysis.pipeline import prefilter_for
+    from diagnoser.rules.loader import builtin_rules
 
     pre = prefilter_for(builtin_rules())
     kinds: dict[str, list[int]] = {}
@@ -239,10 +239,10 @@ def line_kinds(path: Path) -> dict[str, list[int]]:
 
 
 def profile(path: Path, keywords: list[str], top: int) -> dict:
-    from diagnoser.engine import diagnose, prefilter_for
-    from diagnoser.reader import ReadStats, read_lines
-    from diagnoser.redact import Redactor
-    from diagnoser.rules import builtin_rules
+    from diagnoser.analysis.pipeline import diagnose, prefilter_for
+    from diagnoser.ingest.reader import ReadStats, read_lines
+    from diagnoser.ingest.redact import Redactor
+    from diagnoser.rules.loader import builtin_rules
 
     size = path.stat().st_size
     out: dict = {}

@@ -25,14 +25,14 @@ __all__ = [
 
 #: public name -> the module that defines it (imported on first access)
 _LAZY = {
-    "diagnose": "api", "plan": "api", "Plan": "api", "Report": "engine",
+    "diagnose": "api", "plan": "api", "Plan": "api", "Report": "analysis.pipeline",
     "DoctorError": "errors", "UsageError": "errors", "InputError": "errors", "LimitError": "errors",
 }
 
 if TYPE_CHECKING:
-    from .api import Plan, diagnose, plan
-    from .engine import Report
-    from .errors import DoctorError, InputError, LimitError, UsageError
+    from diagnoser.analysis.pipeline import Report
+    from diagnoser.api import Plan, diagnose, plan
+    from diagnoser.errors import DoctorError, InputError, LimitError, UsageError
 
 
 def __getattr__(name: str) -> Any:

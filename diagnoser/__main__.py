@@ -1,6 +1,6 @@
 """`python -m diagnoser` is the same command as `vllm-doctor`."""
 
-from .entry import main as run
+from diagnoser.entry import main as run
 
 if __name__ == "__main__":
     run()

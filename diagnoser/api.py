@@ -13,16 +13,15 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import import_module
 from pathlib import Path
 from typing import IO, Any, Union
 
-from .engine import Report
-from .errors import DoctorError, InputError, UsageError
-from .fastdataclass import dataclass
-from .rules import Rule, RuleError, builtin_rules, load_rules
+from diagnoser.analysis.pipeline import Report
+from diagnoser.errors import DoctorError, InputError, UsageError
+from diagnoser.rules.loader import Rule, RuleError, builtin_rules, load_rules
 
 #: What `diagnose` reads: a path (os.PathLike, or a str naming an existing file), the log's bytes, its text
 #: (a str with a newline, or one that is not a file), a binary file object, or an iterable of lines.
@@ -73,7 +72,7 @@ def diagnose(source: Source, *, rules: Rules = None, redact: bool = True, name: 
     `pathlib.Path` to insist on a file. Compressed files (gzip, bzip2, xz, zstd) are read transparently.
     `name` is the path shown in the report (default: the file's path, or "-").
     """
-    from . import sources
+    from diagnoser.ingest import sources
 
     ruleset = resolve_rules(rules)
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and source
@@ -98,7 +97,8 @@ def diagnose(source: Source, *, rules: Rules = None, redact: bool = True, name: 
 
 
 def _run(stream: Any, name: str, ruleset: tuple[Rule, ...], redact: bool) -> Report:
-    from . import engine, sources
+    from diagnoser.analysis import pipeline as engine
+    from diagnoser.ingest import sources
 
     try:
         return engine.diagnose(stream, name, ruleset, redact=redact)

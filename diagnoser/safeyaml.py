@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .errors import LimitError
+from diagnoser.errors import LimitError
 
 #: Bounds for one document (or one stream of documents): far above any real rule or launch file.
 MAX_BYTES = 8 << 20

@@ -40,8 +40,8 @@ def runner(tmp_path):
 exec "{sys.executable}" -c '
 import sys
 from pathlib import Path
-from diagnoser import cli
-from diagnoser.rules import load_rule_file
+from diagnoser.cli import main as cli
+from diagnoser.rules.loader import load_rule_file
 rules = tuple(load_rule_file(p) for p in sorted(Path(sys.argv[1]).glob("*.yaml")))
 cli.builtin_rules = lambda: rules
 sys.argv = ["vllm-doctor", *sys.argv[2:]]

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 import diagnoser
 from diagnoser import DoctorError, InputError, Plan, Report, UsageError, diagnose, plan
 from diagnoser.api import resolve_rules
-from diagnoser.cli import main
-from diagnoser.rules import builtin_rules
+from diagnoser.cli.main import main
+from diagnoser.rules.loader import builtin_rules
 from tests.conftest import FIXTURES, ROOT
 
 EXAMPLE = FIXTURES / "example-kv-cache-too-small.log"

@@ -34,7 +34,7 @@ def test_a_missing_config_file_is_a_usage_error():
 
 
 def test_unknown_running_and_waiting_counts_are_omitted_not_zero():
-    from diagnoser.engine import diagnose_text
+    from diagnoser.analysis.pipeline import diagnose_text
 
     log = ("WARNING 05-19 10:00:11 scheduler.py:1560] Sequence group 7 is preempted by PreemptionMode.RECOMPUTE mode "
            "because there is not enough KV cache space. This can affect the end-to-end performance. Increase "

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from diagnoser import compare as cmp
-from diagnoser.engine import diagnose
+from diagnoser.analysis.pipeline import diagnose
+from diagnoser.compare import comparison as cmp
 from diagnoser.plan import plan_config
 
 from .conftest import FIXTURES

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diagnoser.cli import main
+from diagnoser.cli.main import main
 from tests.conftest import FIXTURES
 
 LOG = FIXTURES / "kv-cache-too-small-v1-0.16.log"
@@ -28,7 +28,7 @@ def run(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
 
 def doctor(*args: str, prelude: str = "pass") -> tuple[int, str, str]:
     """The command as a user runs it (the entry point's one-line error contract), in a subprocess."""
-    code = f"import sys; {prelude}; from diagnoser.cli import run; sys.argv = ['vllm-doctor', *sys.argv[1:]]; run()"
+    code = f"import sys; {prelude}; from diagnoser.cli.main import run; sys.argv = ['vllm-doctor', *sys.argv[1:]]; run()"
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout, done.stderr
 

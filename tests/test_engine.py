@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnoser.engine import diagnose_text
+from diagnoser.analysis.pipeline import diagnose_text
 
 V1_HEAD = """\
 (APIServer pid=101) INFO 11-24 11:43:10 [utils.py:328] non-default args: {'model_tag': 'meta-llama/Llama-3.1-8B-Instruct', 'model': 'meta-llama/Llama-3.1-8B-Instruct', 'gpu_memory_utilization': 0.92, 'max_num_seqs': 256}
@@ -202,7 +202,7 @@ def test_fragment_starting_mid_traceback_uses_its_frames():
 
 
 def test_unknown_override_target_is_refused(tmp_path):
-    from diagnoser.rules import RuleError, load_rules
+    from diagnoser.rules.loader import RuleError, load_rules
 
     src = (tmp_path / "x.yaml")
     src.write_text("""id: x

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from diagnoser.engine import diagnose
-from diagnoser.selftest import close_enough
+from diagnoser.analysis.pipeline import diagnose
+from diagnoser.rules.selftest import close_enough
 
 from .conftest import FIXTURES
 

@@ -18,15 +18,16 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from diagnoser import __version__, cli
-from diagnoser.engine import Report, diagnose
-from diagnoser.reader import Line
+from diagnoser import __version__
+from diagnoser.analysis.pipeline import Report, diagnose
+from diagnoser.cli import main as cli
+from diagnoser.ingest.reader import Line
 from diagnoser.report import FORMATS, renderer
 from diagnoser.report import github as gh
 from diagnoser.report import markdown as md
 from diagnoser.report.model import SCHEMA_VERSION, finding_dict, report_dict
 from diagnoser.report.sarif import FINGERPRINT_KEY, sarif_log
-from diagnoser.rules import builtin_rules, load_rule_file, load_rules
+from diagnoser.rules.loader import builtin_rules, load_rule_file, load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -602,7 +603,7 @@ SCAN_GOLDEN = "scan-fleet.html"
 
 
 def compare_html() -> str:
-    from diagnoser.compare import compare_reports
+    from diagnoser.compare.comparison import compare_reports
     from diagnoser.report.compare import renderer as compare_renderer
 
     folder = ROOT / "fixtures" / "compare" / COMPARE_PAIR[0]
@@ -628,7 +629,7 @@ def scan_html(docs: list[dict]) -> str:
 
 def fleet_docs() -> list[dict]:
     """A small fleet: failed, serving and clean fixtures, one twice, and a file that could not be read."""
-    from diagnoser.scan import ScanOptions, error_doc, scan
+    from diagnoser.fleet import ScanOptions, error_doc, scan
 
     names = ("kv-cache-too-small-v1-0.16.log", "kv-cache-too-small-v1-0.8.3.log", "preemption-v1-0.12.log",
              "healthy-v1-0.10.log", "weights-oom-v1-0.15.log", "kv-cache-too-small-v1-0.16.log")
@@ -653,7 +654,7 @@ def test_golden_scan_html():
 
 def test_html_pages_escape_what_the_logs_hold():
     """A path or message with markup or a terminal escape arrives as text, never as an element or an escape."""
-    from diagnoser.scan import error_doc
+    from diagnoser.fleet import error_doc
 
     evil = '<img src=x onerror=alert(1)>\x1b]0;pwned\x07'
     page = scan_html([error_doc(f"logs/{evil}.log", "corrupt", f"logs/{evil}.log: cannot read ({evil})")])

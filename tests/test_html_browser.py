@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.engine import diagnose
+from diagnoser.analysis.pipeline import diagnose
 from diagnoser.report import renderer
 
 from .conftest import FIXTURES
@@ -234,7 +234,7 @@ def test_compare_and_scan_pages_fit_a_phone_screen():
 
 def test_compare_series_bars_share_one_scale_across_gpus():
     """compare A B C: three bars; an 80 GiB start and a 22 GiB one drawn on the same GiB scale."""
-    from diagnoser.compare import compare_reports
+    from diagnoser.compare.comparison import compare_reports
     from diagnoser.report.compare import renderer as compare_renderer
 
     pair = FIXTURES / "compare" / "upgrade-0.7.3-to-0.8.2-fails"

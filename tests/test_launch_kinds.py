@@ -145,7 +145,7 @@ def test_a_list_value_with_an_unexpanded_element_is_left_out_whole(tmp_path):
 def test_dockerfile_parse_is_imported_only_to_read_a_dockerfile(tmp_path):
     script = write(tmp_path, "serve.sh", f"vllm serve {MODEL}\n")
     docker = write(tmp_path, "Dockerfile", f'FROM vllm/vllm-openai\nCMD ["{MODEL}"]\n')
-    code = ("import sys; import diagnoser.cli, diagnoser.plan; from diagnoser.launch import read_launch_file; "
+    code = ("import sys; import diagnoser.cli.main, diagnoser.plan; from diagnoser.launch import read_launch_file; "
             "seen = ['dockerfile_parse' in sys.modules]; read_launch_file(sys.argv[1]); "
             "seen.append('dockerfile_parse' in sys.modules); read_launch_file(sys.argv[2]); "
             "seen.append('dockerfile_parse' in sys.modules); print(seen)")

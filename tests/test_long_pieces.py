@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.engine import diagnose_text
-from diagnoser.keywords import LONG_TEXT, lowered
-from diagnoser.matcher import CUT_PIECE, Matcher
-from diagnoser.reader import Line
-from diagnoser.rules import builtin_rules
+from diagnoser.analysis.matcher import CUT_PIECE, Matcher
+from diagnoser.analysis.pipeline import diagnose_text
+from diagnoser.ingest.keywords import LONG_TEXT, lowered
+from diagnoser.ingest.reader import Line
+from diagnoser.rules.loader import builtin_rules
 
 OOM = " torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
 
@@ -41,7 +41,7 @@ def test_lowered_gives_lower_of_long_and_short_texts_alike():
 
 
 def _index(words: list[str]):
-    from diagnoser import keywords
+    from diagnoser.ingest import keywords
 
     return keywords.KeywordIndex([w] for w in words)
 
@@ -50,7 +50,7 @@ def test_present_in_finds_what_present_finds_in_the_lower_cased_text():
     """One caseless pass over a long ASCII text (no lower-cased copy) answers as `present(text.lower())`; a
     keyword with capitals is never in a lower-cased text; a non-ASCII text (the Kelvin sign lower-cases to `k`)
     is lower-cased and searched as before."""
-    from diagnoser import keywords
+    from diagnoser.ingest import keywords
 
     words = ["nccl error", "out of memory", "Traceback", "kv cache", "é!"]
     index, plain = _index(words), _index(words)
@@ -66,7 +66,7 @@ def test_present_in_finds_what_present_finds_in_the_lower_cased_text():
 def test_any_from_agrees_with_any_in_of_the_rest():
     """`any_from(text, begin)` == `any_in(text[begin:])`: a word whose first occurrence starts before `begin`
     may occur again after it, or not; positions count in characters, also past non-ASCII ones."""
-    from diagnoser import keywords
+    from diagnoser.ingest import keywords
 
     index = _index(["pid=", "ERROR", "Traceback"])
     pad = "x" * keywords.SMALL_BLOCK
@@ -80,7 +80,7 @@ def test_any_from_agrees_with_any_in_of_the_rest():
 def test_an_index_that_joins_the_shared_pass_late_is_answered_right(monkeypatch):
     """Indexes join the one pass over a long text on their first question; a text scanned before one joined
     is searched by that index itself, and a union past UNION_MAX words starts afresh: the answers never change."""
-    from diagnoser import keywords
+    from diagnoser.ingest import keywords
 
     pytest.importorskip("hyperscan")
     monkeypatch.setattr(keywords, "_UNION", keywords._Union())
@@ -101,7 +101,7 @@ def test_a_long_flattened_text_restarts_where_the_restart_regex_does():
     import random
     from pathlib import Path
 
-    from diagnoser import reader
+    from diagnoser.ingest import reader
 
     fixtures = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*.log"))
     rng = random.Random(3)
@@ -124,7 +124,7 @@ def test_ansi_led_by_literals_strips_what_the_look_behind_form_strips():
     import random
     import re
 
-    from diagnoser import reader
+    from diagnoser.ingest import reader
 
     reference = re.compile(reader.ANSI.pattern.replace(r"|\[(?<![\w\]\[]\[)", r"|(?<![\w\]\[])\["))
     assert reference.pattern != reader.ANSI.pattern

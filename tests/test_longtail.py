@@ -4,8 +4,8 @@ and an operator's stop."""
 
 from __future__ import annotations
 
-from diagnoser import advice_functions as fn
-from diagnoser.engine import diagnose_text
+from diagnoser.analysis.pipeline import diagnose_text
+from diagnoser.rules import functions as fn
 
 ENGINE = ("(EngineCore_DP0 pid=240) INFO 06-01 10:00:05 [core.py:71] Initializing a V1 LLM engine (v0.10.1) with "
           "config: model='org/model-8b', max_seq_len=8192, tensor_parallel_size=2\n")

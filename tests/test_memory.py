@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from diagnoser import memory as mem
-from diagnoser import releases, sizing
-from diagnoser.modelspec import arch_from_config, arch_from_preset, load_model, load_models
+from diagnoser.vllm import memory as mem
+from diagnoser.vllm import releases, sizing
+from diagnoser.vllm.modelspec import arch_from_config, arch_from_preset, load_model, load_models
 
 GIB = 1 << 30
 
@@ -432,7 +432,7 @@ def test_hybrid_startups_after_0_19_reproduce_vllms_tokens():
 def test_docstring_examples_of_the_arithmetic_hold():
     import doctest
 
-    from diagnoser import units
+    from diagnoser.vllm import units
 
     for module in (mem, sizing, units):
         assert doctest.testmod(module).failed == 0, module.__name__
@@ -442,7 +442,7 @@ def test_memory_keeps_only_arithmetic():
     # the split of issue 14: no release lookups, no log parsing, no plan orchestration defined in memory.py
     import inspect
 
-    from diagnoser import units
+    from diagnoser.vllm import units
 
     source = inspect.getsource(mem)
     assert "import releases" not in source and "from . import releases" not in source
@@ -482,7 +482,7 @@ def test_mamba_hybrids_from_config_json():
 
 
 def test_hostile_hybrid_configs_are_refused_by_name(tmp_path):
-    from diagnoser.modelspec import SpecError
+    from diagnoser.vllm.modelspec import SpecError
 
     base = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
             "intermediate_size": 128}

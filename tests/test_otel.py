@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from diagnoser.cli import main
+from diagnoser.cli.main import main
 from diagnoser.report.otel import any_value, exception_of, time_of
 from tests.conftest import FIXTURES
 

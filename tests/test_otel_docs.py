@@ -34,7 +34,7 @@ def _fleet(tmp_path: Path) -> Path:
 
 def _run(argv: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
     assert argv[0] == "vllm-doctor" and argv[-1] == FOLDER
-    code = "import sys; from diagnoser.cli import run; sys.argv = ['vllm-doctor', *sys.argv[1:]]; run()"
+    code = "import sys; from diagnoser.cli.main import run; sys.argv = ['vllm-doctor', *sys.argv[1:]]; run()"
     return subprocess.run([sys.executable, "-c", code, *argv[1:-1], str(folder)], capture_output=True, text=True,
                           timeout=120)
 

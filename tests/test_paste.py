@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from diagnoser.engine import diagnose_text
+from diagnoser.analysis.pipeline import diagnose_text
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diagnoser import sizing
-from diagnoser.cli import main, plan_command
+from diagnoser.cli.main import main, plan_command
 from diagnoser.errors import UsageError
-from diagnoser.flags import closest_flag, load_flags, lookup, renamed
-from diagnoser.modelspec import load_gpu, load_model
 from diagnoser.plan import parse_size
+from diagnoser.vllm import sizing
+from diagnoser.vllm.flags import closest_flag, load_flags, lookup, renamed
+from diagnoser.vllm.modelspec import load_gpu, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30

@@ -10,13 +10,13 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from diagnoser import serve_args
-from diagnoser.cli import plan_command
+from diagnoser.analysis.tracker import Context
+from diagnoser.cli.main import plan_command
 from diagnoser.errors import UsageError
 from diagnoser.plan import VllmRejects, plan_config
 from diagnoser.plan.resolve import COMMAND, DEFAULT, LOG, OPTION, TABLE, resolve
-from diagnoser.releases import parse_version
-from diagnoser.tracker import Context
+from diagnoser.vllm import serve_args
+from diagnoser.vllm.releases import parse_version
 
 V = parse_version("0.10.1")
 OPTS = {"model_ref": None, "gpu_name": "L4", "gpu_memory": None, "gpu_memory_utilization": None,
@@ -180,10 +180,10 @@ def test_the_planner_library_does_not_import_click():
 ])
 def test_the_kv_message_has_each_releases_wording(version, present, absent):
     # the release each wording changed in is data (releases.yaml), the planner prints it as that release would
-    from diagnoser import sizing
-    from diagnoser.modelspec import load_model
     from diagnoser.plan.verdict import kv_message
-    from diagnoser.releases import parse_version
+    from diagnoser.vllm import sizing
+    from diagnoser.vllm.modelspec import load_model
+    from diagnoser.vllm.releases import parse_version
 
     spec = load_model("llama-3.1-8b")
     v = parse_version(version)

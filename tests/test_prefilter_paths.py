@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser import reader
-from diagnoser.engine import diagnose, prefilter_for
-from diagnoser.reader import Prefilter, ReadStats, _block_lines, blank_user_content, is_user_content
-from diagnoser.rules import builtin_rules
+from diagnoser.analysis.pipeline import diagnose, prefilter_for
+from diagnoser.ingest import reader
+from diagnoser.ingest.reader import Prefilter, ReadStats, _block_lines, blank_user_content, is_user_content
+from diagnoser.rules.loader import builtin_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 API = "\x1b[1;36m(APIServer pid=1)\x1b[0;0m "
@@ -122,7 +122,7 @@ def test_a_log_past_the_paste_size_is_diagnosed_as_the_same_log_read_the_plain_w
 
 def test_folded_aggregate_hits_give_the_finding_the_whole_group_gives(monkeypatch):
     """300 preemption warnings over two ranks: folding them as they come changes no figure of the finding."""
-    from diagnoser import advise, matcher
+    from diagnoser.analysis import advise, matcher
 
     lines = ["INFO 05-01 10:00:00 llm_engine.py:70] Initializing an LLM engine (v0.6.3) with config: model='org/m'"]
     for i in range(300):
@@ -149,7 +149,7 @@ def test_folded_aggregate_hits_give_the_finding_the_whole_group_gives(monkeypatc
 @pytest.mark.parametrize("pure", [False, True])
 def test_keyword_index_finds_the_same_keywords_keyword_by_keyword_and_by_engine(pure, monkeypatch):
     """A small input's first lines are tested keyword by keyword; later lines by hyperscan or the trie regex."""
-    from diagnoser import keywords
+    from diagnoser.ingest import keywords
 
     if pure:
         monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
@@ -169,8 +169,8 @@ def test_keyword_index_finds_the_same_keywords_keyword_by_keyword_and_by_engine(
 @pytest.mark.parametrize("seed", range(3))
 def test_a_block_pattern_finds_the_same_matches_in_short_and_long_ranges(seed, monkeypatch):
     pytest.importorskip("hyperscan")
-    from diagnoser import keywords
-    from diagnoser.series import BLOCK_ERROR
+    from diagnoser.analysis.serving.series import BLOCK_ERROR
+    from diagnoser.ingest import keywords
 
     block = _block(seed).replace(b'" 200 OK', b'" 503 Service Unavailable', 3)
     short = [m.span() for m in BLOCK_ERROR.finditer(block)]
@@ -183,7 +183,7 @@ def test_a_block_pattern_finds_the_same_matches_in_short_and_long_ranges(seed, m
 @pytest.mark.parametrize("pure", [False, True])
 def test_any_in_agrees_with_a_substring_test_per_word(pure, monkeypatch):
     """KeywordIndex.any_in: one hyperscan pass over a long text (stopped at the first word), else `in` tests."""
-    from diagnoser import keywords
+    from diagnoser.ingest import keywords
 
     if pure:
         monkeypatch.setenv("VLLM_DOCTOR_PURE_PYTHON", "1")
@@ -220,7 +220,7 @@ def test_without_hyperscan_a_big_log_is_read_as_with_it(seed, monkeypatch):
 def test_a_long_text_asked_again_gets_its_own_keywords():
     """KeywordIndex.present remembers the last long text: asked again (equal, not the same object) it answers
     from memory, and any other text, even of the same length, is searched."""
-    from diagnoser import keywords
+    from diagnoser.ingest import keywords
 
     index = keywords.KeywordIndex([["error"], ["oom"], ["nccl error"]])
     pad = "x" * keywords.LONG_TEXT
@@ -238,7 +238,7 @@ def test_access_counts_split_at_the_hits_stats_lines_are_the_counts_a_search_of_
     """The reader hands the series its keyword lines, among them the stats lines that close each interval of
     access lines: the requests and failed statuses per interval are those a search of the block finds (a
     prompt quoting a stats line, which only the search sees, splits nothing a report shows)."""
-    from diagnoser.series import Series
+    from diagnoser.analysis.serving.series import Series
 
     rng = random.Random(seed)
     quoted = REQUEST.replace("why does this", "Avg prompt throughput: 1.0 tokens/s, why does this")

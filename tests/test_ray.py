@@ -1,4 +1,4 @@
-"""`scan --engine ray` and diagnoser.ray.diagnose_dataset on a local Ray (2 CPUs): every row equals the
+"""`scan --engine ray` and diagnoser.fleet.ray.diagnose_dataset on a local Ray (2 CPUs): every row equals the
 single-process scan's, nothing lost, nothing duplicated. Needs the `ray` extra (CI installs it)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
-from diagnoser.ray import diagnose_dataset, read_logs, scan_paths  # noqa: E402
+from diagnoser.fleet import scan  # noqa: E402
+from diagnoser.fleet.discover import iter_paths  # noqa: E402
+from diagnoser.fleet.ray import diagnose_dataset, read_logs, scan_paths  # noqa: E402
 from diagnoser.report.rows import rows  # noqa: E402
-from diagnoser.scan import scan  # noqa: E402
-from diagnoser.scan.discover import iter_paths  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 
 N_LOGS = 240
@@ -99,7 +99,7 @@ def test_uris_are_listed_and_read_by_pyarrow_filesystems(fleet: Path, local_ray:
 def test_the_cli_runs_on_ray(fleet: Path, local_ray: None) -> None:
     from click.testing import CliRunner
 
-    from diagnoser.cli import main
+    from diagnoser.cli.main import main
 
     result = CliRunner().invoke(main, ["scan", "--engine", "ray", "--format", "jsonl", str(fleet / "node-1")],
                                 catch_exceptions=False)
@@ -110,7 +110,7 @@ def test_the_cli_runs_on_ray(fleet: Path, local_ray: None) -> None:
 
 def test_ray_address_reaches_ray_init(monkeypatch: pytest.MonkeyPatch) -> None:
     """--ray-address, else $RAY_ADDRESS, joins that cluster; neither starts a local Ray with this machine's CPUs."""
-    import diagnoser.ray as dray
+    import diagnoser.fleet.ray as dray
 
     calls: list[dict] = []
 

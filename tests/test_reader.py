@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from diagnoser import reader
-from diagnoser.reader import Prefilter, ReadStats, clean_text, parse_line, read_lines, split_flattened
+from diagnoser.ingest import reader
+from diagnoser.ingest.reader import Prefilter, ReadStats, clean_text, parse_line, read_lines, split_flattened
 
 
 def lines_of(data: bytes, keywords=None):
@@ -111,7 +111,7 @@ def test_past_the_follow_lines_only_pieces_of_a_hard_wrap_are_kept(monkeypatch):
 
 
 def test_huge_single_line_is_read_in_pieces(monkeypatch):
-    import diagnoser.reader as reader
+    import diagnoser.ingest.reader as reader
 
     monkeypatch.setattr(reader, "MAX_LINE", 1 << 16)
     monkeypatch.setattr(reader, "BLOCK", 1 << 14)
@@ -137,7 +137,7 @@ def test_request_log_lines_are_marked_user_content():
 
 
 def test_request_logger_lines_are_blanked_before_the_prefilter():
-    from diagnoser.reader import blank_user_content
+    from diagnoser.ingest.reader import blank_user_content
 
     block = (b"INFO 01-01 00:00:00 [a.py:1] ok\n"
              b"(APIServer pid=1) INFO 01-01 00:00:01 [logger.py:43] Received request c1: prompt: 'CUDA out of memory "
@@ -153,8 +153,8 @@ def test_request_logger_lines_are_blanked_before_the_prefilter():
 
 def test_secret_at_a_piece_boundary_of_an_enormous_line_is_redacted(monkeypatch):
     """An enormous line is cut into pieces where no secret straddles the cut, and each piece is redacted."""
-    import diagnoser.reader as reader
-    from diagnoser.redact import Redactor
+    import diagnoser.ingest.reader as reader
+    from diagnoser.ingest.redact import Redactor
 
     monkeypatch.setattr(reader, "MAX_LINE", 1 << 16)
     monkeypatch.setattr(reader, "BLOCK", 1 << 14)
@@ -174,7 +174,7 @@ def test_secret_at_a_piece_boundary_of_an_enormous_line_is_redacted(monkeypatch)
 
 
 def test_piece_of_an_enormous_line_never_cuts_a_utf8_character():
-    import diagnoser.reader as reader
+    import diagnoser.ingest.reader as reader
 
     data = ("é" * 50_000).encode()  # no separator to cut at
     end = reader._piece_end(data + b"\xc3")  # a character's first byte at the end
@@ -184,7 +184,7 @@ def test_piece_of_an_enormous_line_never_cuts_a_utf8_character():
 def test_pieces_of_an_enormous_line_are_cleaned_like_a_short_line(monkeypatch):
     """A long piece is checked for control bytes in one pass first: with or without any, it comes out as
     clean_text makes a short line (ANSI, the caret and lost-ESC forms and control characters gone)."""
-    import diagnoser.reader as reader
+    import diagnoser.ingest.reader as reader
 
     monkeypatch.setattr(reader, "MAX_LINE", 1 << 16)
     monkeypatch.setattr(reader, "BLOCK", 1 << 14)
@@ -223,7 +223,7 @@ def test_line_index_answers_questions_in_any_order_counting_each_byte_once() -> 
     """The access-line counts ask about the block's end first, then the hits ask in increasing order: each
     question resumes from the nearest offset asked before, so the block is counted over once in all (the old
     index recounted from the start for every hit: a block of thousands of keyword lines was quadratic)."""
-    from diagnoser.reader import LineIndex
+    from diagnoser.ingest.reader import LineIndex
 
     raw = b"".join(b"line %d\n" % i for i in range(2000))
     block = _CountingBlock(raw)
@@ -240,9 +240,9 @@ def test_line_index_answers_questions_in_any_order_counting_each_byte_once() -> 
 def test_a_sparse_block_has_its_lines_counted_once() -> None:
     """Keyword lines among access lines: the dense-block test must not count the block's lines before the hits'
     line numbers count them again (two passes over every block of a quiet serving log)."""
-    from diagnoser.engine import prefilter_for
-    from diagnoser.reader import LineIndex, ReadStats, _block_lines, is_user_content
-    from diagnoser.rules import builtin_rules
+    from diagnoser.analysis.pipeline import prefilter_for
+    from diagnoser.ingest.reader import LineIndex, ReadStats, _block_lines, is_user_content
+    from diagnoser.rules.loader import builtin_rules
 
     access = b'INFO:     10.0.3.7:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
     stats = (b"INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 120.3 tokens/s, Avg "

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.engine import diagnose, diagnose_text
-from diagnoser.redact import MARK_START, Redactor, maybe_secret, redact_text
+from diagnoser.analysis.pipeline import diagnose, diagnose_text
+from diagnoser.ingest.redact import MARK_START, Redactor, maybe_secret, redact_text
 from diagnoser.report import FORMATS, renderer
-from diagnoser.rules import load_rules
+from diagnoser.rules.loader import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "data" / "logs"
@@ -314,8 +314,8 @@ def test_a_long_text_is_redacted_as_a_short_one_is(accent, monkeypatch):
     characters re folds to ASCII letters (then the patterns scan it all) or a marker already in it."""
     import random
 
-    from diagnoser import redact
-    from diagnoser.keywords import lowered
+    from diagnoser.ingest import redact
+    from diagnoser.ingest.keywords import lowered
 
     lines = [line for line, _s, _k in POSITIVE] + NEGATIVE + EXTRA_LONG
     rng = random.Random(len(accent))
@@ -334,7 +334,7 @@ def test_the_characters_re_folds_to_ascii_are_all_known():
     `_`, or that lower-cases to something holding ASCII (a text holding one is scanned whole, not at its hints)."""
     import sys
 
-    from diagnoser import redact
+    from diagnoser.ingest import redact
 
     word = re.compile(r"(?i)[a-z0-9_]").match
     found = {c for c in map(chr, range(0x80, sys.maxunicode + 1))
@@ -347,7 +347,7 @@ def test_flag_led_by_its_dash_matches_what_the_look_behind_form_matches():
     dashes in C): the same flags, keys and values as the form led by the look-behind."""
     import random
 
-    from diagnoser import redact
+    from diagnoser.ingest import redact
 
     reference = re.compile(redact.FLAG.pattern.replace(r"-(?<![\w-]-)-?", r"(?<![\w-])--?", 1))
     assert reference.pattern != redact.FLAG.pattern

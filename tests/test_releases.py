@@ -6,8 +6,8 @@ import doctest
 
 import pytest
 
-from diagnoser import releases as rel
 from diagnoser.errors import UsageError
+from diagnoser.vllm import releases as rel
 
 
 def test_doctests() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.rules import builtin_rules
-from diagnoser.selftest import run_cases
+from diagnoser.rules.loader import builtin_rules
+from diagnoser.rules.selftest import run_cases
 
 RULES = builtin_rules()
 

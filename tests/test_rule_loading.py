@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.rules import RuleError, load_rule_file, load_rules
+from diagnoser.rules.loader import RuleError, load_rule_file, load_rules
 from tests.rulepack import demo_rule
 from tests.rulepack import write_rule as write
 

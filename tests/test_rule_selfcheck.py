@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.rules import RuleError, builtin_rules, load_rule_file, load_rules
-from diagnoser.selftest import case_results, run_cases
+from diagnoser.rules.loader import RuleError, builtin_rules, load_rule_file, load_rules
+from diagnoser.rules.selftest import case_results, run_cases
 from tests.rulepack import demo_rule
 from tests.rulepack import write_rule as write
 

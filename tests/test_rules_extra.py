@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from diagnoser import advice_functions as fn
-from diagnoser.engine import diagnose_text
-from diagnoser.rules import builtin_rules
+from diagnoser.analysis.pipeline import diagnose_text
+from diagnoser.rules import functions as fn
+from diagnoser.rules.loader import builtin_rules
 
 ARGS = "INFO 06-01 10:00:00 [utils.py:326] non-default args: {{'model': 'org/model-8b', {extra}}}\n"
 ENGINE = ("INFO 06-01 10:00:05 [core.py:69] Initializing a V1 LLM engine (v0.10.1) with config: "

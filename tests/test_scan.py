@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diagnoser.cli import main
+from diagnoser.cli.main import main
+from diagnoser.fleet import ScanOptions, scan
+from diagnoser.fleet.discover import iter_paths
+from diagnoser.fleet.split import detect
 from diagnoser.report.rows import COLUMNS
-from diagnoser.scan import ScanOptions, scan
-from diagnoser.scan.discover import iter_paths
-from diagnoser.scan.split import detect
 from tests.conftest import FIXTURES
 
 A = FIXTURES / "kv-cache-too-small-v1-0.16.log"
@@ -87,10 +87,10 @@ def test_jobs_2_gives_the_same_documents_in_the_same_order(tmp_path: Path) -> No
 def test_doctests_of_the_scan_modules() -> None:
     import doctest
 
-    from diagnoser import ray as ray_engine
-    from diagnoser import sources
+    from diagnoser.fleet import ray as ray_engine
+    from diagnoser.fleet import split
+    from diagnoser.ingest import sources
     from diagnoser.report import otel
-    from diagnoser.scan import split
 
     for module in (sources, split, otel, ray_engine):
         result = doctest.testmod(module)

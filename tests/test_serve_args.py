@@ -11,9 +11,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnoser import serve_args
-from diagnoser.engine import diagnose, diagnose_text
-from diagnoser.flags import load_flags
+from diagnoser.analysis.pipeline import diagnose, diagnose_text
+from diagnoser.vllm import serve_args
+from diagnoser.vllm.flags import load_flags
 
 from .conftest import FIXTURES, ROOT
 

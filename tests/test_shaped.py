@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import io
 
-from diagnoser import shaped
-from diagnoser.engine import diagnose_text, prefilter_for
-from diagnoser.keywords import KeywordIndex
-from diagnoser.reader import ReadStats, _physical_to_lines, read_lines
-from diagnoser.redact import Redactor
+from diagnoser.analysis.pipeline import diagnose_text, prefilter_for
+from diagnoser.analysis.serving.series import MAX_WINDOWS
+from diagnoser.ingest import dense as shaped
+from diagnoser.ingest.keywords import KeywordIndex
+from diagnoser.ingest.reader import ReadStats, _physical_to_lines, read_lines
+from diagnoser.ingest.redact import Redactor
 from diagnoser.report.model import report_dict
-from diagnoser.rules import builtin_rules
-from diagnoser.series import MAX_WINDOWS
+from diagnoser.rules.loader import builtin_rules
 
 V0 = ("INFO 05-01 10:00:{s:02d} metrics.py:351] Avg prompt throughput: {a} tokens/s, Avg generation throughput: "
       "{b} tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV cache usage: {k}%, CPU KV "
@@ -91,7 +91,7 @@ def _collapsing_stats(lines: int) -> str:
 def test_windows_no_rule_reports_are_counted_not_held(monkeypatch):
     """A stats-only log's throughput-collapse windows: the report is what holding every window gives, while
     only the first MAX_WINDOWS and the ones a rule reports are held."""
-    from diagnoser import matcher
+    from diagnoser.analysis import matcher
 
     text = _collapsing_stats(6000)
     held = diagnose_text(text)
@@ -156,7 +156,8 @@ def test_tagged_lines_take_the_fast_path_with_the_slow_paths_lines(monkeypatch):
 def test_fast_paths_give_the_slow_paths_report(monkeypatch):
     """The whole report (findings, facts, numbers, the serving series) of a mixed keyword-dense log is what the
     per-line reader gives: every block read the general way, every shape plan bypassed."""
-    from diagnoser import matcher, reader
+    from diagnoser.analysis import matcher
+    from diagnoser.ingest import reader
 
     text = _mixed_log()
     fast = report_dict(diagnose_text(text), series=True)
@@ -173,7 +174,7 @@ def test_fast_paths_give_the_slow_paths_report(monkeypatch):
 def _general_block_lines(block_lines):
     """reader._block_lines with the dense fast path refused (is_dense answers False)."""
     def general(*args, **kwargs):
-        from diagnoser import shaped as s
+        from diagnoser.ingest import dense as s
 
         keep = s.is_dense
         s.is_dense = lambda *a, **k: False
@@ -185,7 +186,7 @@ def _general_block_lines(block_lines):
 
 
 def test_window_facts_computed_when_asked_are_the_window_facts():
-    from diagnoser.series import LocalFacts, window_facts
+    from diagnoser.analysis.serving.series import LocalFacts, window_facts
 
     report = diagnose_text(_collapsing_stats(600))
     windows = [w for t in report.series.tracks.values() for ws in t.windows.values() for w in ws]

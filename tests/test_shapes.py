@@ -14,9 +14,9 @@ import re
 import pytest
 import yaml
 
-from diagnoser.engine import diagnose
-from diagnoser.reader import read_lines
-from diagnoser.shapes import Decoder
+from diagnoser.analysis.pipeline import diagnose
+from diagnoser.ingest.reader import read_lines
+from diagnoser.ingest.wrappers import Decoder
 
 from .conftest import FIXTURES
 
@@ -305,7 +305,7 @@ def test_one_search_of_a_plain_block_past_the_paste_start_reports_what_decoding_
     """Past the paste-sized start, a block the decoder would leave alone is searched once for the keywords,
     the pretty-export markers and the failed statuses: the report (findings, series, counts) is the one the
     decode-then-search path gives, whether the block is plain, a shipper's records, or a pretty export."""
-    from diagnoser import reader
+    from diagnoser.ingest import reader
     from diagnoser.report.model import report_dict
 
     lines = SERVING.read_text().split("\n")[:-1] + (FIXTURES / "kv-cache-too-small-v1-0.16.log").read_text().split(
@@ -324,7 +324,7 @@ def test_one_search_of_a_plain_block_past_the_paste_start_reports_what_decoding_
 
 def test_a_pretty_marker_only_a_prompt_quotes_still_sends_the_block_to_the_decoder(monkeypatch):
     """The one search skips request-logger lines, so a PRETTY marker inside one is looked for there apart."""
-    from diagnoser import reader
+    from diagnoser.ingest import reader
     from diagnoser.report.model import report_dict
 
     api = "\x1b[1;36m(APIServer pid=1)\x1b[0;0m "

@@ -15,10 +15,10 @@ import threading
 
 import pytest
 
-from diagnoser import tee as tee_mod
-from diagnoser.live import LiveOptions, PipeSource, Watch
-from diagnoser.rules import builtin_rules
-from diagnoser.tee import MAX_BEHIND, PipeTee
+from diagnoser.live import tee as tee_mod
+from diagnoser.live.tee import MAX_BEHIND, PipeTee
+from diagnoser.live.watch import LiveOptions, PipeSource, Watch
+from diagnoser.rules.loader import builtin_rules
 
 from .conftest import FIXTURES
 

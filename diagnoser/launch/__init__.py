@@ -25,15 +25,15 @@ To add a kind of launch file, write its reader `(text, folder) -> list[Launch]` 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..fastdataclass import dataclass
-from .command import from_shell
-from .dockerfile import from_dockerfile, is_dockerfile
-from .manifests import from_yaml
-from .model import Launch, LaunchFile
-from .pins import image_version, parse_pins
-from .shell import LaunchFileError, Word, shell_words, simple_commands
+from diagnoser.launch.detect import from_shell
+from diagnoser.launch.dockerfile import from_dockerfile, is_dockerfile
+from diagnoser.launch.manifests import from_yaml
+from diagnoser.launch.model import Launch, LaunchFile
+from diagnoser.launch.pins import image_version, parse_pins
+from diagnoser.launch.shell import LaunchFileError, Word, shell_words, simple_commands
 
 __all__ = ["KINDS", "Kind", "Launch", "LaunchFile", "LaunchFileError", "Word", "image_version", "parse_pins",
            "read_launch_file", "shell_words", "simple_commands"]

@@ -9,10 +9,11 @@ from typing import Any
 
 import yaml
 
-from .. import safeyaml, serve_args
-from ..flags import lookup
-from .model import DYNAMIC_RE, Launch
-from .shell import LaunchFileError
+from diagnoser import safeyaml
+from diagnoser.launch.model import DYNAMIC_RE, Launch
+from diagnoser.launch.shell import LaunchFileError
+from diagnoser.vllm import serve_args
+from diagnoser.vllm.flags import lookup
 
 
 def _flag_key(key: Any) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .shell import Word
+from diagnoser.launch.shell import Word
 
 RUNTIMES = ("docker", "podman", "nerdctl")
 #: `docker run` options that take no value (every other option takes the next word).

@@ -11,15 +11,14 @@ from __future__ import annotations
 import io
 import json
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..fastdataclass import dataclass
-from .command import find_program, from_shell, launch_from_words, shell_script
-from .model import Launch, literal_env, literal_words, with_image
-from .pins import vllm_image
-from .shell import LaunchFileError, Word, shell_words
+from diagnoser.launch.detect import find_program, from_shell, launch_from_words, shell_script
+from diagnoser.launch.model import Launch, literal_env, literal_words, with_image
+from diagnoser.launch.pins import vllm_image
+from diagnoser.launch.shell import LaunchFileError, Word, shell_words
 
 #: dockerfile-parse joins a continued instruction by repeated string concatenation: quadratic in the
 #: instruction's length. Real Dockerfiles cost a few million character copies; a file over this budget is

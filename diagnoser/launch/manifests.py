@@ -12,13 +12,13 @@ from typing import Any
 
 import yaml
 
-from .. import safeyaml
-from .command import SHELLS, find_program, from_shell, launch_from_words, shell_script
-from .config import from_config, is_vllm_config
-from .docker import program
-from .model import Launch, literal_env, literal_word, with_image
-from .pins import vllm_image
-from .shell import MAX_WORDS, LaunchFileError, Word, shell_words, too_many_words
+from diagnoser import safeyaml
+from diagnoser.launch.config import from_config, is_vllm_config
+from diagnoser.launch.detect import SHELLS, find_program, from_shell, launch_from_words, shell_script
+from diagnoser.launch.docker import program
+from diagnoser.launch.model import Launch, literal_env, literal_word, with_image
+from diagnoser.launch.pins import vllm_image
+from diagnoser.launch.shell import MAX_WORDS, LaunchFileError, Word, shell_words, too_many_words
 
 #: YAML keys whose string values are shell commands (CI steps, SkyPilot, GitLab, Procfile-like configs);
 #: block scalars (`|`, `>`) are read as shell under any key.

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from ..fastdataclass import dataclass
-from .pins import image_version
-from .shell import MAX_WORDS, Word, too_many_words
+from diagnoser.launch.pins import image_version
+from diagnoser.launch.shell import MAX_WORDS, Word, too_many_words
 
 #: A word the shell (or compose, or Kubernetes) would expand: its value is unknown here.
 DYNAMIC_RE = re.compile(r"\$[\w{(@*#?!$-]|`")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from .shell import LaunchFileError
+from diagnoser.launch.shell import LaunchFileError
 
 PIN_KEYS = ("gpu", "gpu-memory", "model", "vllm-version")
 PIN_RE = re.compile(r"(?:^|\s)#\s*vllm-doctor:\s*(.*?)\s*$")

@@ -8,9 +8,9 @@ rest of the text), so a 12 MB one-line script with a million arguments is read i
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ..errors import InputError
-from ..fastdataclass import dataclass
+from diagnoser.errors import InputError
 
 
 class LaunchFileError(InputError):

@@ -14,9 +14,9 @@ exceptions only):
 Every figure comes from memory.py, the model and GPU from modelspec.py, the command line from serve_args.py.
 """
 
-from .command import Planned, plan_config, run_plan
-from .resolve import MissingInput, VllmRejects, parse_len, parse_size
-from .verdict import Verdict
+from diagnoser.plan.resolve import MissingInput, VllmRejects, parse_len, parse_size
+from diagnoser.plan.run import Planned, plan_config, run_plan
+from diagnoser.plan.verdict import Verdict
 
 __all__ = ["MissingInput", "Planned", "Verdict", "VllmRejects", "parse_len", "parse_size", "plan_config",
            "run_plan"]

@@ -9,12 +9,12 @@ from typing import Any
 
 import jinja2
 
-from .. import memory as mem
-from .. import sizing
-from ..modelspec import GpuSpec, ModelSpec
-from ..releases import Version, engine_for, version_str
-from .resolve import COMMAND, LOG, OPTION, SIZE_NOTE, Resolved
-from .verdict import Verdict
+from diagnoser.plan.resolve import COMMAND, LOG, OPTION, SIZE_NOTE, Resolved
+from diagnoser.plan.verdict import Verdict
+from diagnoser.vllm import memory as mem
+from diagnoser.vllm import sizing
+from diagnoser.vllm.modelspec import GpuSpec, ModelSpec
+from diagnoser.vllm.releases import Version, engine_for, version_str
 
 
 def _template() -> jinja2.Template:
@@ -25,10 +25,7 @@ def _template() -> jinja2.Template:
     env.filters["gb"] = lambda b: f"{b / mem.GB:,.2f}"
     env.filters["gib"] = lambda b: f"{b / mem.GIB:,.2f}"
     env.filters["tokens"] = mem.human_tokens
-    from .. import templatecache  # the compiled report is cached across runs: its compilation is most of a plan
-
-    template: jinja2.Template = templatecache.from_string(env, text, (__file__,))
-    return template
+    return env.from_string(text)
 
 
 def kv_formula(res: sizing.PlanResult, inp: sizing.PlanInput) -> str:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DoctorError, UsageError
-from ..fastdataclass import dataclass
-from ..modelspec import load_gpu
-from .command import Echo, plan_config
-from .resolve import MissingInput, VllmRejects, check_utilization, parse_len, parse_size
+from diagnoser.errors import DoctorError, UsageError
+from diagnoser.plan.resolve import MissingInput, VllmRejects, check_utilization, parse_len, parse_size
+from diagnoser.plan.run import Echo, plan_config
+from diagnoser.vllm.modelspec import load_gpu
 
 NO_GPU_HINT = ("give --gpu NAME or --gpu-memory SIZE on the command line (in the pre-commit hook: "
                "args: [--gpu, L4]), or pin it in the file with a comment '# vllm-doctor: gpu=L4'")
@@ -100,7 +99,7 @@ class FileRun:
 
     def plan_file(self, path: str) -> None:
         """Every launch in one file, with the file's pins."""
-        from ..launch import LaunchFileError, read_launch_file
+        from diagnoser.launch import LaunchFileError, read_launch_file
 
         try:
             lf = read_launch_file(path)

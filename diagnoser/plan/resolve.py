@@ -10,14 +10,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from .. import memory as mem
-from .. import releases, serve_args, sizing
-from ..errors import InputError, UsageError
-from ..fastdataclass import dataclass
-from ..modelspec import GpuSpec, ModelSpec, load_gpu
+from diagnoser.errors import InputError, UsageError
+from diagnoser.vllm import memory as mem
+from diagnoser.vllm import releases, serve_args, sizing
+from diagnoser.vllm.modelspec import GpuSpec, ModelSpec, load_gpu
 
 KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 SIZE_UNITS = {
@@ -134,8 +133,8 @@ def check_arch(spec: ModelSpec, ref: str) -> None:
 
 def log_context(path: str) -> Any:
     """The tracker's Context of a start-up log: the settings and figures vLLM printed."""
-    from ..reader import read_lines
-    from ..tracker import Tracker
+    from diagnoser.analysis.tracker import Tracker
+    from diagnoser.ingest.reader import read_lines
 
     tracker = Tracker()
     try:

@@ -4,13 +4,13 @@ there (each release's wording), and the flag changes that make it start.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from .. import memory as mem
-from .. import sizing
-from ..fastdataclass import dataclass
-from ..modelspec import GpuSpec
-from ..releases import Version, default, engine_for, parse_version
+from diagnoser.vllm import memory as mem
+from diagnoser.vllm import sizing
+from diagnoser.vllm.modelspec import GpuSpec
+from diagnoser.vllm.releases import Version, default, engine_for, parse_version
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Report: one module per output format, each `render(reports, options) -> str`.
 
 `renderer(name)` is the one way to a format: it hands the format a sanitized copy of the reports (every
-string escaped, see diagnoser/sanitize.py) and defuses GitHub workflow-command lines in every format but
+string escaped, see diagnoser/report/sanitize.py) and defuses GitHub workflow-command lines in every format but
 `github`, so no format needs its own escaping of control characters.
 """
 
@@ -12,7 +12,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..engine import Report
+    from diagnoser.analysis.pipeline import Report
 
 #: --format name -> module in this package. Each module has render(reports, opts) -> str.
 FORMATS = {
@@ -42,7 +42,7 @@ Renderer = Callable[..., str]
 
 def renderer(name: str) -> Renderer:
     """The render function of one format, over sanitized reports, its output checked once more."""
-    from ..sanitize import clean_output, no_commands, sanitized
+    from diagnoser.report.sanitize import clean_output, no_commands, sanitized
 
     render = import_module(f"{__name__}.{FORMATS[name]}").render
 
@@ -56,7 +56,7 @@ def renderer(name: str) -> Renderer:
 def scan_writer(name: str) -> Callable[..., None]:
     """The write function of one scan format, over sanitized documents (as `renderer` gives its formats), so
     `-o FILE` is as inert as stdout."""
-    from ..sanitize import sanitized
+    from diagnoser.report.sanitize import sanitized
 
     write = import_module(f"{__name__}.{SCAN_FORMATS[name]}").write
 
@@ -69,7 +69,7 @@ def scan_writer(name: str) -> Callable[..., None]:
 def __getattr__(name: str) -> Any:
     """`Report` without importing the pipeline when only FORMATS is wanted (the CLI's --help)."""
     if name == "Report":
-        from ..engine import Report
+        from diagnoser.analysis.pipeline import Report
 
         return Report
     raise AttributeError(name)

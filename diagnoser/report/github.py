@@ -18,11 +18,11 @@ import os
 import sys
 from typing import Any
 
-from ..engine import Report
-from ..sanitize import no_commands
-from . import markdown, text
-from .model import finding_dict
-from .sarif import primary_location, relative_path
+from diagnoser.analysis.pipeline import Report
+from diagnoser.report import markdown, text
+from diagnoser.report.model import finding_dict
+from diagnoser.report.sanitize import no_commands
+from diagnoser.report.sarif import primary_location, relative_path
 
 COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
 

@@ -13,9 +13,9 @@ import json
 import re
 from typing import Any
 
-from ..engine import Report
-from .model import finding_dict, report_dict, shown_numbers
-from .text import CONTEXT_KEYS, _fmt
+from diagnoser.analysis.pipeline import Report
+from diagnoser.report.model import finding_dict, report_dict, shown_numbers
+from diagnoser.report.text import CONTEXT_KEYS, _fmt
 
 MAX_FINDINGS = 20
 MAX_EVIDENCE = 8
@@ -107,7 +107,7 @@ _NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")
 
 def evidence_block(evidence: list[dict[str, Any]], limit: int = MAX_EVIDENCE) -> tuple[str, list[str]]:
     """The fenced evidence and the notes on what was left out (repeats collapsed, lines cut, lines capped)."""
-    from ..reader import parse_line
+    from diagnoser.ingest.reader import parse_line
 
     groups: list[list[dict[str, Any]]] = []
     index: dict[str, int] = {}

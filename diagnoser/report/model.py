@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
-from ..advise import Finding
-from ..engine import Report
+from diagnoser import __version__
+from diagnoser.analysis.advise import Finding
+from diagnoser.analysis.pipeline import Report
 
 SCHEMA_VERSION = 1
 TOOL = {"name": "vllm-doctor", "version": __version__}

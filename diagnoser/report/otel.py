@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from ..engine import Report
-from .model import TOOL, report_dict
+from diagnoser.analysis.pipeline import Report
+from diagnoser.report.model import TOOL, report_dict
 
 SEVERITY = {"error": ("ERROR", 17), "warning": ("WARN", 13), "info": ("INFO", 9)}
 EXCEPTION = re.compile(
@@ -90,7 +90,7 @@ def exception_of(finding: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def resource(doc: dict[str, Any]) -> dict[str, Any]:
-    from .rows import gpu_label, source_of
+    from diagnoser.report.rows import gpu_label, source_of
 
     ctx = doc.get("context") or {}
     labels = doc["input"].get("labels") or {}
@@ -108,7 +108,7 @@ def resource(doc: dict[str, Any]) -> dict[str, Any]:
 
 def records(doc: dict[str, Any], observed: int) -> list[dict[str, Any]]:
     """The log records of one report (or error) document."""
-    from .sarif import message_text
+    from diagnoser.report.sarif import message_text
 
     if "error" in doc:
         return [{"observedTimeUnixNano": str(observed), "severityNumber": 17, "severityText": "ERROR",

@@ -23,10 +23,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
-from ..advise import Finding
-from ..engine import Report
-from ..rules import Rule
-from .model import SCHEMA_VERSION, TOOL, finding_dict, report_dict
+from diagnoser.analysis.advise import Finding
+from diagnoser.analysis.pipeline import Report
+from diagnoser.report.model import SCHEMA_VERSION, TOOL, finding_dict, report_dict
+from diagnoser.rules.loader import Rule
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -135,7 +135,7 @@ _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|\d+(?:[.,]\d+)*")
 
 def fingerprint(rule_id: str, uri: str, finding: dict[str, Any]) -> str:
     """Stable across runs: rule, file, and the anchor evidence with numbers and ids masked."""
-    from ..reader import parse_line
+    from diagnoser.ingest.reader import parse_line
 
     evidence = finding.get("evidence") or []
     anchor = next((e for e in evidence if e.get("line") == finding.get("line")), evidence[0] if evidence else None)

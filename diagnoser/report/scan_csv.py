@@ -6,7 +6,7 @@ import csv
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .rows import COLUMNS, rows
+from diagnoser.report.rows import COLUMNS, rows
 
 
 def write(docs: Iterable[dict[str, Any]], out: TextIO, opts: dict[str, Any] | None = None) -> None:

@@ -11,10 +11,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from ..sanitize import clean_output, no_commands
-from . import html as h
-from .scan_summary import FleetSummary
-from .scan_text import SHOWN, summarize
+from diagnoser.report import html as h
+from diagnoser.report.sanitize import clean_output, no_commands
+from diagnoser.report.scan_summary import FleetSummary
+from diagnoser.report.scan_text import SHOWN, summarize
 
 #: outcome -> (label, colour variable), in bar order
 OUTCOMES = (("error", "with errors", "--err"), ("warning", "with warnings (no error)", "--warn"),

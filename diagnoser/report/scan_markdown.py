@@ -6,8 +6,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .scan_summary import FleetSummary
-from .scan_text import SHOWN, summarize
+from diagnoser.report.scan_summary import FleetSummary
+from diagnoser.report.scan_text import SHOWN, summarize
 
 
 def _cell(value: Any) -> str:

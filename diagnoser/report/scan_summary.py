@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..fastdataclass import dataclass
-from .rows import gpu_label
+from diagnoser.report.rows import gpu_label
 
 SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}
 UNKNOWN = "(not in the log)"

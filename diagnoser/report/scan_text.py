@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .scan_summary import FleetSummary
+from diagnoser.report.scan_summary import FleetSummary
 
 SHOWN = 15  #: rows per table before "... N more"
 

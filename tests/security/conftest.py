@@ -43,7 +43,7 @@ def run_doctor(*args: str, stdin: bytes | str = b"", cwd: Path | None = None, ti
 def run_inline(*args: str, stdin: bytes | str = b"", cwd: Path | None = None, timeout: float = 60,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The same entry point (cli.run) in this process: the same exit codes and streams, without the start-up."""
-    from diagnoser.cli import run
+    from diagnoser.cli.main import run
 
     data = stdin.encode() if isinstance(stdin, str) else stdin
     out, err = io.BytesIO(), io.BytesIO()

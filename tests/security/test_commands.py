@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnoser import serve_args
-from diagnoser.engine import diagnose_text
-from diagnoser.flags import load_flags
+from diagnoser.analysis.pipeline import diagnose_text
+from diagnoser.vllm import serve_args
+from diagnoser.vllm.flags import load_flags
 
 ARGS = "INFO 06-01 10:00:00 [utils.py:326] non-default args: {body}\n"
 INIT = ("INFO 06-01 10:00:01 [core.py:69] Initializing a V1 LLM engine (v0.10.1) with config: "

@@ -85,7 +85,7 @@ def test_a_vllm_sign_anywhere_in_a_big_input_is_seen(where):
     anywhere else, or cut between two chunks, still counts; an input without one is no vLLM log."""
     import io
 
-    from diagnoser.engine import diagnose
+    from diagnoser.analysis.pipeline import diagnose
 
     junk = bytearray(b"build step ok, nothing to see here\n" * 60_000)  # 2.1 MB: several chunks
     if where is not None:

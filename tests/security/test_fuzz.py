@@ -14,10 +14,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnoser.engine import diagnose
-from diagnoser.reader import parse_line, read_lines
+from diagnoser.analysis.pipeline import diagnose
+from diagnoser.analysis.tracker import Tracker
+from diagnoser.ingest.reader import parse_line, read_lines
 from diagnoser.report import FORMATS, renderer
-from diagnoser.tracker import Tracker
 
 from .test_output_escapes import UNSAFE, assert_inert
 
@@ -87,7 +87,7 @@ def test_arbitrary_argument_dicts_through_every_format(args):
 def test_parse_line_never_keeps_unsafe_characters_in_output(text):
     line = parse_line(1, text)
     assert isinstance(line.text, str)
-    from diagnoser.sanitize import clean
+    from diagnoser.report.sanitize import clean
 
     assert not UNSAFE.search(clean(line.raw))
     assert not re.search(r"^\s*::", clean(line.raw), re.M)

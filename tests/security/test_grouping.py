@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnoser.advise import _group
-from diagnoser.reader import Line
+from diagnoser.analysis.advise import _group
+from diagnoser.ingest.reader import Line
 
 
 def _reference(hits):

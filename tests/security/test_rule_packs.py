@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from diagnoser.rules import RuleError, load_rule_file
+from diagnoser.rules.loader import RuleError, load_rule_file
 
 from .conftest import TRIGGER, rule_text
 

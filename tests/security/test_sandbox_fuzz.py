@@ -14,7 +14,7 @@ import resource
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnoser.sandbox import MAX_OUTPUT, render, template, template_env
+from diagnoser.rules.sandbox import MAX_OUTPUT, render, template, template_env
 
 ENV = template_env()
 ATOMS = ["'A'", "'ab cd'", "('x' * 1000)", "[1, 'a']", "range(100)", "fn.divisors(720)", "ctx", "count",
@@ -66,7 +66,7 @@ def test_any_composition_is_bounded(expr, loop):
     with _address_space_cap():
         try:
             out = render(tpl, {"ctx": {"model": "m", "args": {"a": 1}}, "count": 3,
-                               "fn": __import__("diagnoser.sandbox", fromlist=["FN"]).FN})
+                               "fn": __import__("diagnoser.rules.sandbox", fromlist=["FN"]).FN})
         except MemoryError:
             raise
         except Exception:  # noqa: BLE001 - refused, or an ordinary error over odd operands (slice(0), 'a' + 1):

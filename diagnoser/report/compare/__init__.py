@@ -16,7 +16,7 @@ FORMATS = {"text": "text", "json": "json_format", "markdown": "markdown", "html"
 
 def renderer(name: str) -> Callable[..., str]:
     """The render function of one compare format, its output made inert."""
-    from ...sanitize import clean_output, no_commands
+    from diagnoser.report.sanitize import clean_output, no_commands
 
     render = import_module(f"{__name__}.{FORMATS[name]}").render
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from ... import compare as cmp
-from .. import html as h
-from .rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
+from diagnoser.compare import comparison as cmp
+from diagnoser.report import html as h
+from diagnoser.report.compare.rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
 
 #: the compare budget's fields drawn as segments, with the serving report's labels and colours
 SEGMENTS = tuple((key, label, colour) for key, (_, label, colour) in

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import compare as cmp
-from .rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
+from diagnoser.compare import comparison as cmp
+from diagnoser.report.compare.rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
 
 
 def _cell(text: str) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from ... import compare as cmp
-from ... import releases as rel
-from ...fastdataclass import dataclass
+from diagnoser.compare import comparison as cmp
+from diagnoser.vllm import releases as rel
 
 #: marks a figure the log did not print (derived by arithmetic, estimated by the planner, or the other log's)
 ESTIMATED_MARK = "~"

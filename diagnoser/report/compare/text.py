@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from ... import compare as cmp
-from .rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
+from diagnoser.compare import comparison as cmp
+from diagnoser.report.compare.rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
 
 WIDTH = 110
 

@@ -1,0 +1,568 @@
+"""Redact secrets when reading, before matching: no finding, fact, excerpt or format can then carry one.
+
+Each secret becomes a typed marker (`«redacted:hf_token»`) and is counted, so a report says how many were
+removed without saying what they were. What is caught:
+
+- Hugging Face tokens (`hf_...`, `api_org_...`), OpenAI/Anthropic-style keys (`sk-...`, `sk-proj-...`),
+  GitHub tokens (`ghp_...`, `github_pat_...`), AWS access key ids (`AKIA...`), wherever they appear;
+- the value of a secret-named setting in every spelling a vLLM log uses: `non-default args` dicts
+  (`'api_key': ['...']`), `Namespace(api_key='...', hf_token='...')` dumps, `key=value` config strings,
+  env dumps (`HF_TOKEN=...`, `'VLLM_API_KEY': '...'`, `export AWS_SECRET_ACCESS_KEY=...`);
+- command-line flags (`--api-key VALUE`, `--hf-token=VALUE`);
+- `Authorization: Bearer ...` (and Basic) headers, and a lone `Bearer <token>`;
+- the password in a URL (`scheme://user:pass@host`, also one holding `/` or `@`);
+- JWTs (`eyJ...` three-part tokens), Slack (`xoxb-...`), Google (`AIza...`) and NVIDIA (`nvapi-...`) keys;
+- `Cookie:` / `Set-Cookie:` values;
+- the value of a flag that looks like a secret flag even when misspelled (`--api-kye`, `--hf-tokn`,
+  `--pasword`): a known vLLM flag is never taken for one;
+- a high-entropy value right after the words token, secret, key or password;
+- credentials in a URL's query string (`?token=`, `&sig=`, `X-Amz-Signature=`), a random-looking URL user,
+  values with escaped quotes (JSON `\\"`, Python `\\'`, JSON inside JSON), and PEM private keys;
+- the rest of a token that a hard wrap cut onto the next line.
+
+Values that are not secrets stay: `None`, `True`/`False`, empty strings and lists, shell references
+(`$HF_TOKEN`), and markers already placed. Ordinary vLLM lines (`max_tokens=16`, `tokenizer=...`,
+`token_ids`, `'bos_token': '<s>'`) never match: secret-named keys are a closed list, and bare token-shaped
+strings need the prefixes their issuers use.
+
+Speed: the reader calls this on every line its prefilter keeps. A line pays one `lower()` and a handful of
+substring tests; only lines that hold a hint run the patterns whose hint they hold. A long text (a 1 MB piece
+of an enormous line) finds all its hints in one pass (keywords.KeywordIndex.present_in, with no lower-cased copy
+of an ASCII piece), and every pattern whose matches start at (or just before) the word holding a hint is tried
+only there (`_match_starts`, `_sub_at`): the same matches, found at tens of MB/s instead of 1-3, in any piece
+that lower-cases character for character; the lower-cased copy follows the substitutions.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rapidfuzz.distance import OSA
+
+from diagnoser.ingest.keywords import LONG_TEXT, KeywordIndex, lowered, remember_lowered
+
+MARK = "«redacted:{kind}»"
+MARK_START = "«redacted:"
+
+#: Secret-named keys (settings, env vars, dict keys). Lower-case spellings are matched case-insensitively;
+#: the upper-case family (`*_TOKEN`, `*_SECRET`, ...) only in upper case, the way env vars are written, so
+#: that `bos_token`/`pad_token` in a tokenizer dump are left alone.
+_KEY_CORE = (
+    r"(?i:[a-z0-9_]*?(?:api[_-]?key|access[_-]?key|secret(?:[_-]?(?:access[_-]?)?key)?|passw(?:or)?d"
+    r"|(?:hf|hub|hugging_?face(?:_hub)?|access|auth|api|bearer|refresh|session|id|github|gh|wandb|vllm"
+    r"|openai|npm|pypi|ci_job)_token))"
+    r"|(?-i:[A-Z][A-Z0-9_]*_(?:TOKEN|SECRET|SECRET_KEY|PASSWORD|API_KEY|ACCESS_KEY))"
+)
+#: `key: value` / `key=value` / `'key': 'value'` / `"KEY": "value"`; the value is a list, a quoted string
+#: or a bare word.
+KEYED = re.compile(
+    r"(?<![\w$-])(?P<kq>\\*['\"]?)(?P<key>" + _KEY_CORE + r")(?P=kq)(?P<sep>\s*[:=]\s*)"
+    r"(?P<val>\[[^\]]*\]|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\\+\"[^\"\\]*\\+\"|[^\s,;)}\]'\"\\]+)"
+)
+#: `--api-key VALUE`, `--api-key=VALUE`, `--hf-token 'VALUE'`; any flag name: secret_flag() decides. Led by its
+#: literal "-" (no word character or "-" before it, tested after), so that re skips to each "-" in C instead of
+#: trying the look-behind at every character (a megabyte piece in 1 ms instead of 70).
+FLAG = re.compile(
+    r"-(?<![\w-]-)-?(?P<key>[A-Za-z][\w-]{1,40})(?:=|\s+)"
+    r"(?P<val>'[^']*'|\"[^\"]*\"|[^\s'\"]+)"
+)
+#: The words secret flags are made of, and the spellings that are exact (never a typo of something else).
+SECRET_WORDS = ("token", "password", "passwd", "secret", "apikey", "hftoken", "credential", "credentials")
+EXACT_SECRET_FLAGS = {"api-key", "hf-token", "token", "password", "secret", "access-token", "key", "api-token",
+                      "auth-token", "secret-key", "access-key", "passwd", "pwd"}
+#: `Authorization: Bearer X`, `'Authorization': 'Basic X'`, `authorization=X`.
+AUTH_HEADER = re.compile(
+    r"(?i)(?<![\w-])(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?P<scheme>(?:bearer|basic|token)\s+)?"
+    r"(?P<val>[^\s'\",;)}\]]+)"
+)
+#: A lone `Bearer X` with a token-shaped X (has a digit, 8+ characters): not "Bearer authentication".
+BEARER = re.compile(r"(?i)(?<![\w-])bearer\s+(?P<val>(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,})")
+#: `x-api-key: X` and `api-key: X` headers.
+HEADER_KEY = re.compile(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*[:=]\s*['\"]?(?P<val>[^\s'\",;)}\]]+)")
+#: The password of `scheme://user:password@host` (user may be empty: `redis://:pw@host`); the password
+#: runs to the last `@` before the host, so one holding `/` or `@` is taken whole.
+#: A credential in a URL's query string (`?token=`, `&sig=`, `X-Amz-Signature=`, `?key=`), also in an access
+#: log's request line that has no scheme.
+URL_QUERY = re.compile(
+    r"(?i)[?&;](?P<key>(?:x-(?:amz|goog)-)?(?:signature|security-token|credential)|sig|token|access_token"
+    r"|refresh_token|id_token|auth|auth_token|api[_-]?key|key|password|passwd|pwd|pass|secret|client_secret"
+    r"|session|sessionid|jwt)=(?P<val>[^&#\s'\"<>:,;)\]}«»]+)"
+)
+#: A random-looking user name in a URL with no password (`https://TOKEN@host`, how some git hosts take one).
+URL_USER = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<val>[A-Za-z0-9_.~+-]{16,})@")
+#: A PEM private key: its header, the base64 on the line, and (by the hard-wrap carry) the lines after it.
+PRIVATE_KEY = re.compile(r"(?P<head>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(?P<val>[A-Za-z0-9+/=\s\\]*)")
+URL_PASSWORD = re.compile(
+    r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"«»]*:(?P<val>[^\s'\"«»]+)@(?=[^\s@/'\"«»]+(?:[/?#:\s'\",;)\]]|$))"
+)
+#: `Cookie: a=1; b=2` and `Set-Cookie: session=...; Path=/`: the values (attributes stay).
+COOKIE = re.compile(r"(?i)(?<![\w-])(?:set-)?cookie['\"]?\s*[:=]\s*['\"]?(?P<val>[^\r\n'\"]+)")
+_COOKIE_PAIR = re.compile(r"(?P<name>[^=;,\s]+)=(?P<val>[^;,\s]*)")
+_COOKIE_ATTRS = {"path", "domain", "expires", "max-age", "samesite", "secure", "httponly", "priority", "version"}
+#: A value after the words token / secret / key / password: redacted when it looks random (entropy).
+ENTROPY = re.compile(
+    r"(?i)(?<![\w-])(?:token|secret|key|password|passwd|apikey)s?\b['\"]?(?:\s+is)?\s*[:=]?\s*['\"]?"
+    r"(?P<val>[A-Za-z0-9+/_.~=-]{16,})"
+)
+#: A token-shaped fragment at the end of a line, and the start of the next: a hard wrap cut a secret.
+_PARTIAL_AT_END = re.compile(
+    r"(?<![\w-])(?P<val>(?:hf_|api_org_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AIza|nvapi-|eyJ)[A-Za-z0-9_.-]*)$"
+)
+_CONTINUATION = re.compile(r"^(?P<val>[A-Za-z0-9_.+/=-]+)(?=[\s'\",;)\]}]|$)")
+#: Tokens whose issuer's prefix says what they are, so they need no key around them: (kind, what a line
+#: must hold (lower case) before the pattern runs, the pattern).
+ISSUED_TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = tuple(
+    (kind, hints, re.compile(source)) for kind, hints, source in (
+        ("hf_token", ("hf_", "api_org_"), r"(?<![A-Za-z0-9_])(?P<val>(?:hf|api_org)_[A-Za-z0-9]{20,})\b"),
+        ("api_key", ("sk-",),
+         r"(?<![\w-])(?P<val>sk-(?:proj-|svcacct-|admin-|ant-(?:api\d\d-)?)?(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,})"),
+        ("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+         r"(?<![A-Za-z0-9_])(?P<val>gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})\b"),
+        ("aws_access_key_id", ("akia", "asia"), r"(?<![A-Za-z0-9])(?P<val>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])"),
+        # JSON Web Tokens: base64url header `eyJ`, payload and (possibly empty) signature
+        ("jwt", ("eyj",), r"(?<![\w-])(?P<val>eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"),
+        ("slack_token", ("xox",), r"(?<![\w-])(?P<val>xox[abposr]-[A-Za-z0-9-]{10,})"),
+        ("google_api_key", ("aiza",), r"(?<![\w-])(?P<val>AIza[0-9A-Za-z_-]{35})"),
+        ("nvidia_api_key", ("nvapi-",), r"(?<![\w-])(?P<val>nvapi-[A-Za-z0-9_-]{20,})"),
+    )
+)
+HF_TOKEN = ISSUED_TOKENS[0][2]
+
+_NOT_SECRET = {"", "none", "null", "nil", "true", "false", "[]", "{}", "()", "0", "***", "<redacted>",
+               "redacted", "<none>", "unset", "xxx", "bearer", "basic"}
+
+
+def _value_kind(value: str) -> str | None:
+    """The kind a value's own shape proves (an hf_ token is an hf_token under any key)."""
+    if value.startswith(("hf_", "api_org_")) and HF_TOKEN.fullmatch(value):
+        return "hf_token"
+    if value.startswith("sk-"):
+        return "api_key"
+    return None
+
+
+def _random_looking(piece: str) -> bool:
+    """A piece of a token rather than a word: it holds a digit, or mixes upper and lower case."""
+    return bool(re.search(r"\d", piece)) or (piece.lower() != piece and piece.upper() != piece)
+
+
+def _partial_kind(value: str) -> str:
+    """The kind of a token's first piece, from its issuer's prefix."""
+    for prefix, kind in (("hf_", "hf_token"), ("api_org_", "hf_token"), ("sk-", "api_key"), ("gh", "github_token"),
+                         ("xox", "slack_token"), ("AIza", "google_api_key"), ("nvapi-", "nvidia_api_key"),
+                         ("eyJ", "jwt")):
+        if value.startswith(prefix):
+            return kind
+    return "token"
+
+
+def _key_kind(key: str) -> str:
+    k = key.lower().replace("-", "_")
+    if "passw" in k:
+        return "password"
+    if k.startswith("aws") or "secret_access" in k:
+        return "aws_secret"
+    if "hf" in k or "hugging" in k or "hub_token" in k:
+        return "hf_token"
+    if "api_key" in k or "apikey" in k or "access_key" in k:
+        return "api_key"
+    if "secret" in k:
+        return "secret"
+    return "token"
+
+
+def _plain(value: str) -> bool:
+    """True for values that are not secrets: None, booleans, empties, shell references, markers."""
+    v = value.strip()
+    return (v.lower() in _NOT_SECRET or v.startswith(("$", "%", MARK_START, "<")) or set(v) <= {"*", "x", "X"}
+            or MARK_START in v)
+
+
+class Redactor:
+    """Callable text filter that counts what it removed, by kind.
+
+    `output=True` is for text the doctor itself wrote (JSON reports): a bare number under a quoted key
+    (`"api_key": 1`, a count by kind) is data, not a secret.
+    """
+
+    def __init__(self, output: bool = False) -> None:
+        self.output = output
+        self.counts: Counter[str] = Counter()
+        #: (hints, pattern, kind for a match) in order: keyed forms first so the kind follows the key.
+        self._rules: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+            (("://",), URL_PASSWORD, self._fixed("url_password")),
+            (("private key",), PRIVATE_KEY, self._private_key),
+            (("cookie",), COOKIE, self._cookie),
+            (("authoriz",), AUTH_HEADER, self._auth),
+            (_FLAG_HINTS, FLAG, self._flag),
+            (_KEYED_HINTS, KEYED, self._keyed),
+            (("api-key",), HEADER_KEY, self._fixed("api_key")),
+            (("bearer",), BEARER, self._fixed("bearer_token")),
+            *((hints, pattern, self._fixed(kind)) for kind, hints, pattern in ISSUED_TOKENS),
+            (("token", "secret", "key", "passw"), ENTROPY, self._entropy),
+            # after the issuers' patterns: their kind is more precise
+            (("?",), URL_QUERY, self._fixed("url_secret")),
+            (("://",), URL_USER, self._entropy),
+        )
+        #: the kind of a secret the previous line ended in (a hard wrap may have cut it)
+        self._carry: str | None = None
+
+    def __call__(self, text: str) -> str:
+        carry, self._carry = self._carry, None
+        if carry is not None:
+            text = _CONTINUATION.sub(lambda m: self._continuation(m, carry), text, count=1)
+        if len(text) >= LONG_TEXT:
+            return self._long(text)
+        low = text.lower()
+        if not maybe_secret(low):
+            return text
+        for hints, pattern, handler in self._rules:
+            if any(h in low for h in hints):
+                text = pattern.sub(handler, text)
+        if text.endswith("»") or any(h in low[-60:] for h in _PARTIAL_HINTS):
+            text = self._carry_from(text)
+        return text
+
+    def _long(self, text: str) -> str:
+        """__call__ for a long text: one pass finds which hints it holds (without a lower-cased copy of an ASCII
+        text: see KeywordIndex.present_in); KEYED runs only where one is."""
+        if _HINTS._db() is not None:  # hyperscan: one pass
+            present = set(_HINTS.present_in(text))
+        elif maybe_secret(low := lowered(text)):  # substring tests beat the pure-Python keyword regex over 1 MB
+            present = {h for h in _HINTS.words if h in low}
+        else:
+            return text
+        if not present & _MAYBE:
+            return text
+        # text.lower(), kept in step with the text through the substitutions (a megabyte is not lower-cased
+        # again after each pattern that replaced something; None: lower-cased when next needed)
+        low: str | None = None
+        original = text
+        for hints, pattern, handler in self._rules:
+            if not any(h in present for h in hints):
+                continue
+            if pattern in _HINT_STARTS or pattern is KEYED or pattern in _SCHEME_PATTERNS:
+                low = lowered(text) if low is None else low
+                starts = _match_starts(pattern, [h for h in hints if h in present], text, low)
+            else:
+                starts = None
+            if starts is None:
+                new = pattern.sub(handler, text)  # the same object when nothing was replaced
+                text, low = new, (low if new is text else None)
+            else:
+                text, low = _sub_at(pattern, handler, text, starts, low)
+        if text is not original and low is not None:
+            remember_lowered(text, low, original)  # the tracker and the matcher ask for it next
+        if text.endswith("»") or any(h in text[-60:].lower() for h in _PARTIAL_HINTS):
+            text = self._carry_from(text)
+        return text
+
+    def _carry_from(self, text: str) -> str:
+        """Note a line that ends inside a secret, so the next line's first word is taken as its rest."""
+        m = _ENDS_IN_MARK.search(text)
+        if m:
+            self._carry = m.group("kind")
+            return text
+        m = _PARTIAL_AT_END.search(text)
+        if m and len(m.group("val")) >= 6 and _random_looking(m.group("val")[3:]):
+            kind = self._carry = _value_kind(m.group("val")) or _partial_kind(m.group("val"))
+            self.counts[kind] += 1
+            return text[: m.start("val")] + MARK.format(kind=kind)
+        return text
+
+    def _continuation(self, m: re.Match[str], kind: str) -> str:
+        piece = m.group("val")
+        # a cut token goes on with random-looking text; a new log line starts with a header or a word
+        if not _random_looking(piece):
+            return piece
+        if _HEADER_WORD.match(piece):
+            return piece
+        if "=" in piece.rstrip("=") or piece.lower() in _NOT_SECRET:
+            return piece  # `authorization=Bearer`, `Bearer`: a key of its own, whose value the patterns take
+        return MARK.format(kind=kind)  # the rest of a secret already counted
+
+    # -- handlers: each returns the match with its `val` group replaced (or unchanged) --
+
+    def _mark(self, m: re.Match[str], kind: str, group: str = "val") -> str:
+        value = m.group(group)
+        quoted = _QUOTES.fullmatch(value)  # 'x', "x", and JSON-in-JSON's \"x\"
+        inner = quoted.group(2) if quoted else value
+        if _plain(inner):
+            return m.group(0)
+        self.counts[kind] += 1
+        start, end = m.span(group)
+        if quoted:  # keep the quotes
+            start, end = start + len(quoted.group(1)), end - len(quoted.group(1))
+        base = m.start()
+        whole = m.group(0)
+        return whole[: start - base] + MARK.format(kind=kind) + whole[end - base:]
+
+    def _flag(self, m: re.Match[str]) -> str:
+        key = m.group("key")
+        if not secret_flag(key):
+            return m.group(0)
+        value = m.group("val").strip("'\"")
+        if key.lower() not in EXACT_SECRET_FLAGS and re.fullmatch(r"[\d.]{1,9}", value):
+            return m.group(0)  # `--max-num-batched-tokns 8192`: a number to a misspelled setting, not a secret
+        return self._keyed(m)
+
+    def _private_key(self, m: re.Match[str]) -> str:
+        """The header stays, what follows it goes; the marker at the end carries onto the key's next lines."""
+        self.counts["private_key"] += 1
+        return f"{m.group('head')} {MARK.format(kind='private_key')}"
+
+    def _cookie(self, m: re.Match[str]) -> str:
+        def pair(q: re.Match[str]) -> str:
+            if q.group("name").lower() in _COOKIE_ATTRS or _plain(q.group("val")):
+                return q.group(0)
+            self.counts["cookie"] += 1
+            return f"{q.group('name')}={MARK.format(kind='cookie')}"
+
+        start, end = m.span("val")
+        base = m.start()
+        whole = m.group(0)
+        return whole[: start - base] + _COOKIE_PAIR.sub(pair, m.group("val")) + whole[end - base:]
+
+    def _entropy(self, m: re.Match[str]) -> str:
+        value = m.group("val")
+        if MARK_START in value or not high_entropy(value):
+            return m.group(0)
+        return self._mark(m, "secret")
+
+    def _fixed(self, kind: str) -> Callable[[re.Match[str]], str]:
+        return lambda m: self._mark(m, kind)
+
+    def _auth(self, m: re.Match[str]) -> str:
+        scheme = (m.group("scheme") or "").strip().lower()
+        return self._mark(m, "basic_auth" if scheme == "basic" else "bearer_token")
+
+    def _keyed(self, m: re.Match[str]) -> str:
+        value = m.group("val")
+        if self.output and m.groupdict().get("kq") == '"' and value.isdigit():
+            return m.group(0)
+        if value.strip("'\"[]") == m.group("key").upper().replace("-", "_"):
+            return m.group(0)  # argparse's metavar in a usage or help text: `[--api-key API_KEY]`
+        key_kind = _key_kind(m.group("key"))
+        if not value.startswith("["):
+            inner = value.strip("'\"\\")
+            return self._mark(m, _value_kind(inner) or key_kind)
+        # a list of keys (`'api_key': ['k1', 'k2']`): each quoted item is one secret
+        def item(q: re.Match[str]) -> str:
+            inner = q.group(2)
+            if _plain(inner):
+                return q.group(0)
+            kind = _value_kind(inner) or key_kind
+            self.counts[kind] += 1
+            return q.group(1) + MARK.format(kind=kind) + q.group(1)
+
+        new = _QUOTED.sub(item, value)
+        base = m.start()
+        start, end = m.span("val")
+        whole = m.group(0)
+        return whole[: start - base] + new + whole[end - base:]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+_QUOTED = re.compile(r"(['\"])((?:[^\\]|\\.)*?)\1")
+_QUOTES = re.compile(r"(\\*['\"])(.*)\1", re.S)
+_ENDS_IN_MARK = re.compile(r"«redacted:(?P<kind>\w+)»$")
+_HEADER_WORD = re.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|Traceback|File)$")
+_PARTIAL_HINTS = ("hf_", "api_org_", "sk-", "gh", "github_pat_", "xox", "aiza", "nvapi-", "eyj")
+_FLAG_HINTS = ("--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--access", "--key", "--auth", "--cred",
+               "-key", "_key", "-kye", "-token", "_token", "-secret", "_secret", "-pass", "_pass", "-pwd", "-api")
+#: Lower-case substrings a line must hold for KEYED to have a chance.
+_KEYED_HINTS = ("key", "secret", "passw", "passwd", "_token", "token'", 'token"', "token=", "token:", "token ")
+#: The cheap pre-check: a line holding none of these cannot match any pattern (every pattern's hints
+#: contain one of them). "token" is common in vLLM lines (tokens/s, max_num_batched_tokens), so it is only a
+#: hint in the spellings a secret-named key takes.
+_TOKEN_HINTS = ("_token", "token'", 'token"', "token=", "token:", "token ")
+_FLAT_HINTS = ("key", "secret", "passw", "://", "authoriz", "bearer", "hf_", "api_org_", "sk-", "ghp_", "gho_",
+               "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "eyj", "xox", "aiza", "nvapi-", "cookie",
+               "--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--cred", "--auth",
+               "-key", "-kye", "-token", "-pass", "_pass", "-pwd", "-api", "?", "private key")
+
+
+def secret_flag(name: str) -> bool:
+    """Whether a flag name (without `--`) looks like a secret flag, misspelled or not.
+
+    >>> [secret_flag(n) for n in ("api-key", "api-kye", "hf-tokn", "pasword", "max-num-batched-tokens", "seed")]
+    [True, True, True, True, False, False]
+    """
+    low = name.lower().strip("-")
+    if low.replace("_", "-") in EXACT_SECRET_FLAGS:
+        return True
+    parts = [p for p in re.split(r"[-_]+", low) if p]
+    joined = "".join(parts)
+    words = [joined, *parts]
+    close = any(OSA.distance(w, s, score_cutoff=1) <= 1 for w in words if len(w) >= 4 for s in SECRET_WORDS)
+    keyish = any(p in ("key", "kye", "keys", "ky") for p in parts[1:]) or joined in ("key", "kye")
+    if not (close or keyish):
+        return False
+    from diagnoser.vllm.flags import lookup  # a real vLLM flag (--max-num-batched-tokens) is never a secret
+
+    return lookup("--" + low) is None
+
+
+def high_entropy(value: str) -> bool:
+    """Random-looking: 16+ characters mixing classes, about 3.5+ bits of entropy per character.
+
+    >>> high_entropy("q8Zr2LmX9vTb4NcW7kPd"), high_entropy("meta-llama/Llama-3.1-8B"), high_entropy("a" * 20)
+    (True, False, False)
+    """
+    if len(value) < 16 or "/" in value.strip("/") and value.count("/") > 1:
+        return False
+    classes = sum(bool(re.search(p, value)) for p in (r"[a-z]", r"[A-Z]", r"\d"))
+    if classes < 2:
+        return False
+    counts = Counter(value)
+    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+    return entropy >= 3.5
+
+
+_MAYBE = frozenset(_FLAT_HINTS + _TOKEN_HINTS)
+#: every hint any rule or the pre-check asks about, found in one pass over a long text
+_HINTS = KeywordIndex([[h] for h in sorted(_MAYBE | {h for hints in (
+    ("://",), ("cookie",), ("authoriz",), _FLAG_HINTS, _KEYED_HINTS, ("api-key",), ("bearer",),
+    *(hints for _kind, hints, _p in ISSUED_TOKENS), ("token", "secret", "key", "passw")) for h in hints})])
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789+.-")
+#: patterns whose every match starts at one of its hints (or this many characters before it: `proxy-`,
+#: `set-`, `x-`; `api` of `apikey`), in a text where _same_positions holds
+_HINT_STARTS: dict[Any, tuple[int, ...]] = {
+    AUTH_HEADER: (0, len("proxy-")), COOKIE: (0, len("set-")), HEADER_KEY: (0, len("x-")), BEARER: (0,),
+    ENTROPY: (0, len("api")), **{pattern: (0,) for _kind, _hints, pattern in ISSUED_TOKENS}}
+#: patterns that start at the scheme before a `://`
+_SCHEME_PATTERNS = (URL_PASSWORD, URL_USER)
+
+
+def _finds(low: str, word: str) -> Iterator[int]:
+    i = low.find(word)
+    while i != -1:
+        yield i
+        i = low.find(word, i + 1)
+
+
+#: the non-ASCII characters that re's IGNORECASE takes for an ASCII letter or digit, or that lower-case to ASCII
+#: (dotted and dotless i, long s, the Kelvin sign: tests/test_redaction.py derives them)
+_ASCII_FOLDS = ("\u0130", "\u0131", "\u017f", "\u212a")
+
+
+def _same_positions(text: str, low: str) -> bool:
+    """Whether an ASCII word found in `low` (text.lower()) is where KEYED or ENTROPY would match it in `text`: an
+    ASCII text, or one that lower-cases character for character with none of _ASCII_FOLDS (a JSON blob with
+    accents, a text that already holds a «marker»)."""
+    return text.isascii() or (len(low) == len(text) and not any(c in text for c in _ASCII_FOLDS))
+
+
+def _match_starts(pattern: Any, hints: list[str], text: str, low: str) -> list[int] | None:
+    """Every place in a long text where a match of `pattern` (one of _HINT_STARTS, KEYED, _SCHEME_PATTERNS) can
+    start, found from where its `hints` are in `low` (text.lower()), sorted; None: anywhere (the text does not
+    lower-case character for character: the regex scans it all)."""
+    if not _same_positions(text, low):
+        return None
+    back = _HINT_STARTS.get(pattern)
+    if pattern is KEYED:
+        return _keyed_starts(low, hints)
+    if back is None:
+        return _scheme_starts(text, low)
+    return sorted({p for h in hints for i in _finds(low, h) for p in (i - b for b in back) if p >= 0})
+
+
+def _scheme_starts(text: str, low: str) -> list[int]:
+    """Where `\\b[a-z][a-z0-9+.-]*://` can start: at a word start (re's `\\b`: no word character before) in the
+    run of scheme characters before a `://`."""
+    starts: set[int] = set()
+    for i in _finds(low, "://"):
+        j = i
+        while j > 0 and low[j - 1] in _SCHEME_CHARS:
+            j -= 1
+        starts.update(p for p in range(j, i) if low[p].isalpha() and not (
+            p and (text[p - 1].isalnum() or text[p - 1] == "_")))
+    return sorted(starts)
+
+
+def _keyed_starts(low: str, hints: list[str]) -> list[int]:
+    """Where a KEYED match can start in a text (where _same_positions holds): at the run of key characters holding
+    a hint (a key is made of them, and the look-behind refuses a start inside one), or at the quote just before
+    that run (and the backslashes before it: JSON inside JSON, `\\"api_key\\"`)."""
+    starts: set[int] = set()
+    for j in _run_starts(low, sorted({i for h in hints for i in _finds(low, h)}), _KEY_CHARS):
+        starts.add(j)
+        if j > 0 and low[j - 1] in "'\"":
+            starts.add(j - 1)
+            while j > 1 and low[j - 2] == "\\":
+                j -= 1
+                starts.add(j - 1)
+    return sorted(starts)
+
+
+def _run_starts(low: str, positions: list[int], chars: frozenset[str]) -> set[int]:
+    """The start of the run of `chars` that ends at each of `positions` (sorted): each character is looked at
+    once, however many hints one long run holds (walking back from each was quadratic in a run of `key_key_...`)."""
+    found: set[int] = set()
+    prev, prev_start = -1, -1
+    for i in positions:
+        j = i
+        while j > prev and j > 0 and low[j - 1] in chars:
+            j -= 1
+        start = prev_start if j == prev and prev >= 0 else j
+        found.add(start)
+        prev, prev_start = i, start
+    return found
+
+
+def _sub_at(pattern: re.Pattern[str], handler: Callable[[re.Match[str]], str], text: str,
+            starts: list[int], low: str) -> tuple[str, str | None]:
+    """pattern.sub(handler, text) when every match starts at one of `starts` (sorted): the same leftmost,
+    non-overlapping matches, tried only there. Also the new text's lower-cased copy, made from `low`
+    (text.lower(), character for character where _same_positions holds) and the lower-cased replacements;
+    None when the text holds a capital sigma (lower-cased by its neighbours)."""
+    out: list[str] = []
+    lows: list[str] | None = None if "\u03a3" in text else []
+    pos = 0
+    for s in starts:
+        if s < pos:
+            continue
+        m = pattern.match(text, s)
+        if m is None or m.end() == m.start():
+            continue
+        new = handler(m)
+        out.append(text[pos:m.start()])
+        out.append(new)
+        if lows is not None:
+            lows.append(low[pos:m.start()])
+            lows.append(new.lower())
+        pos = m.end()
+    if not out:
+        return text, low
+    out.append(text[pos:])
+    if lows is None:
+        return "".join(out), None
+    lows.append(low[pos:])
+    return "".join(out), "".join(lows)
+
+
+def maybe_secret(low: str) -> bool:
+    """True when the lower-cased line holds a hint (a plain loop: cheaper than any() over a generator)."""
+    for h in _FLAT_HINTS:
+        if h in low:
+            return True
+    if "token" in low:
+        for h in _TOKEN_HINTS:
+            if h in low:
+                return True
+    return False
+
+
+def redact_text(text: str) -> tuple[str, dict[str, int]]:
+    """Redact a whole text (several lines); returns it and the counts by kind."""
+    r = Redactor()
+    out = "\n".join(r(line) for line in text.split("\n"))
+    return out, dict(r.counts)

@@ -1,0 +1,11 @@
+"""What the doctor knows about vLLM, as pure functions over bundled data (no log, no I/O beyond data/):
+the planner, `compare` and the rules' advice all use this package.
+
+- memory.py: the memory arithmetic (weights, activations, KV bytes per token, what fits), with examples.
+- sizing.py: one `vllm serve` configuration sized as a start-up: flags -> KV-cache tokens.
+- modelspec.py: model and GPU specs (a config.json, a folder, a bundled preset).
+- releases.py: the version parser and what each release defaults (data/releases.yaml).
+- flags.py: the `vllm serve` flag list (data/vllm_flags.yaml), renamed and removed flags.
+- serve_args.py: a `vllm serve` command line read and written (and its `LLM(...)` spelling).
+- stages.py: the stages a start-up moves through; units.py: sizes as vLLM prints them.
+"""

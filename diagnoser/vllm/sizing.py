@@ -1,0 +1,487 @@
+"""Sizing one `vllm serve` configuration: the planner's model of a start-up, from flags to KV-cache tokens.
+
+The arithmetic is memory.py's (pure functions over numbers); what a release defaults to or measured comes from
+releases.py (data/releases.yaml). This module joins the two: it resolves the defaults a configuration runs
+with, feeds the coefficients of its release to the arithmetic, and builds the planner's tables (what-if rows,
+lengths, the assumptions in words). `plan`, `compare` and the advice size configurations only through here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from diagnoser.vllm import memory as m
+from diagnoser.vllm import releases
+from diagnoser.vllm.memory import (
+    GGUF_BITS,
+    GIB,
+    LEN_STEP,
+    MIB,
+    ArchSpec,
+    activation_bytes,
+    encoder_bytes,
+    encoder_items,
+    kv_cache_tokens,
+    kv_value_bytes,
+    max_model_len_for,
+    model_kv_bytes_per_token,
+    quant_format,
+    request_kv_bytes,
+    resolve_dtype_bytes,
+    round_down,
+    state_bytes_per_layer,
+    weight_bytes,
+)
+
+#: The release whose defaults the planner assumes when none is given.
+LATEST_VERSION = releases.latest()
+
+Version = tuple[int, int, int]
+
+#: The recurrent-state layer kinds, as the assumptions name them.
+STATE_NAMES = {"gated_delta_net": "Gated DeltaNet", "mamba1": "Mamba-1", "mamba2": "Mamba-2"}
+
+
+# --- coefficients and switches by release (data/releases.yaml) -------------------------------------------------
+
+def graphs_budgeted(version: Version) -> bool:
+    """From 0.20.0 vLLM subtracts its CUDA-graph estimate from the KV budget (D5); before, graphs are
+    captured after the KV cache is allocated, from memory outside the budget."""
+    return bool(releases.default("cuda_graphs_in_budget", version))
+
+
+def model_runner(arch: ArchSpec, version: Version, engine: str | None = None) -> str:
+    """'MRV2' when the release runs this model on Model Runner V2 by default (dense models from 0.25, every
+    model from 0.29: settings.model_runner_v2), else 'MRV1'; the planner's coefficients differ by runner.
+
+    >>> a = ArchSpec("t", layers=2, hidden_size=64, num_attention_heads=2, num_key_value_heads=2,
+    ...              intermediate_size=128, vocab_size=100)
+    >>> model_runner(a, (0, 24, 0)), model_runner(a, (0, 27, 1)), model_runner(a, (0, 27, 1), "V0")
+    ('MRV1', 'MRV2', 'MRV1')
+    """
+    if releases.engine_for(version, engine) != "V1":
+        return "MRV1"
+    scope = releases.default("model_runner_v2", version, engine="V1")
+    dense = not arch.is_moe and not arch.is_hybrid
+    return "MRV2" if scope == "all" or (scope == "dense" and dense) else "MRV1"
+
+
+def sampler_bytes_per_logit(version: Version, flashinfer: bool | None = None, engine: str | None = None,
+                            opt_in: bool | None = None, runner: str | None = None) -> float:
+    """Sampler working memory per logit in the profiling peak.
+
+    FlashInfer's kernel samples when VLLM_USE_FLASHINFER_SAMPLER says so (`opt_in`), else when FlashInfer is
+    installed (`flashinfer`; None: a dependency of the CUDA wheel from 0.11.0, optional before) and the release
+    turns it on by default; otherwise the PyTorch path's coefficient of the release and model runner."""
+    if flashinfer is None:
+        flashinfer = version >= (0, 11, 0)
+    on = opt_in if opt_in is not None else (
+        flashinfer and bool(releases.default("flashinfer_sampler", version, engine=engine)))
+    if on and releases.engine_for(version, engine) == "V1":
+        return float(m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT)
+    return float(releases.default("sampler_bytes_per_logit", version, runner=runner))
+
+
+def non_torch_bytes(tp: int, pp: int, gpu_name: str, version: Version, custom_all_reduce: bool | None = None) -> int:
+    """memory.non_torch_bytes with the single-rank and all-reduce figures of the release."""
+    return m.non_torch_bytes(tp, pp, gpu_name, single=float(releases.default("non_torch_single_gib", version)) * GIB,
+                             multi=float(releases.default("non_torch_multi_gpu_gib", version)) * GIB,
+                             custom_all_reduce=custom_all_reduce)
+
+
+def non_torch_rule(tp: int, version: Version) -> str:
+    """The non-torch rule applied, in words, for the assumptions output."""
+    single = float(releases.default("non_torch_single_gib", version))
+    if tp <= 1:
+        return f"{single:g} GiB per rank in this release"
+    multi = float(releases.default("non_torch_multi_gpu_gib", version))
+    return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
+
+
+def cuda_graph_bytes(arch: ArchSpec, pp: int, enforce_eager: bool, version: Version, engine: str | None,
+                     runner: str | None = None) -> int:
+    """memory.cuda_graph_bytes with the release's fixed and per-layer parts (FULL and PIECEWISE capture passes
+    from 0.11 hold about three times the per-layer buffers; Model Runner V2 adds almost nothing to its peak)."""
+    where = {"engine": engine, "runner": runner}
+    return m.cuda_graph_bytes(arch, pp, enforce_eager,
+                              base=float(releases.default("cuda_graph_base_gib", version, **where)) * GIB,
+                              per_layer=float(releases.default("cuda_graph_per_layer_gib", version, **where)) * GIB)
+
+
+def ssm_state_bytes(arch: ArchSpec, mamba_ssm_cache_dtype: str | None, model_dtype_bytes: float) -> float:
+    """Bytes per SSM-state element: --mamba-ssm-cache-dtype when given (not 'auto'), else the model's own state
+    dtype (models.yaml `ssm_dtype`, config.json `mamba_ssm_dtype`), else the model dtype."""
+    if mamba_ssm_cache_dtype and mamba_ssm_cache_dtype != "auto":
+        return m.dtype_bytes(mamba_ssm_cache_dtype, model_dtype_bytes)
+    return m.dtype_bytes(arch.ssm_dtype, model_dtype_bytes) if arch.ssm_dtype else model_dtype_bytes
+
+
+@dataclass
+class PlanInput:
+    """One configuration to size (vLLM's flag names, resolved)."""
+
+    arch: ArchSpec
+    gpu_bytes: float
+    gpu_name: str = ""
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    quantization: str | None = None
+    quant_bits: float | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+    weights: float | None = None      # bytes; replaces the estimate
+    overhead: float | None = None     # bytes; replaces activations + graphs + non-torch
+    kv_cache_bytes: float | None = None  # measured available KV memory; replaces budget - weights - overhead
+    kv_cache_fixed: bool = False      # kv_cache_bytes comes from --kv-cache-memory-bytes (utilization ignored)
+    cpu_offload_bytes: float = 0.0    # --cpu-offload-gb: weights kept in CPU memory
+    version: Version = LATEST_VERSION
+    engine: str | None = None         # 'V0'/'V1' to override the release's default engine (VLLM_USE_V1)
+    block_size: int = m.BLOCK_SIZE
+    flashinfer: bool | None = None          # FlashInfer installed (None: as the release's wheel ships it)
+    flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1/0 (None: the release's default)
+    custom_all_reduce: bool | None = None   # False: --disable-custom-all-reduce or no peer access between ranks
+    skip_mm_profiling: bool = False         # --skip-mm-profiling (0.10.1+): the encoder is not profiled
+    max_model_len_auto: bool = False        # --max-model-len auto / -1: vLLM picks the longest length that fits
+    enable_prefix_caching: bool | None = None  # hybrids: on puts the state in 'align' mode, two pages a sequence
+    mamba_ssm_cache_dtype: str | None = None   # --mamba-ssm-cache-dtype (None / 'auto': the model's own)
+
+
+@dataclass
+class PlanResult:
+    """Every figure the planner prints, in bytes unless named otherwise."""
+
+    inp: PlanInput
+    max_model_len: int
+    gpu_memory_utilization: float
+    model_dtype_bytes: float
+    kv_value_bytes: float
+    kv_bytes_per_token: int
+    budget_bytes: float
+    weights_bytes: float
+    overhead_bytes: float
+    activation_bytes: float
+    non_torch_bytes: float
+    cuda_graph_bytes: float
+    graphs_in_budget: bool
+    kv_cache_bytes: float
+    kv_cache_tokens: int
+    request_kv_bytes: int
+    max_concurrency: float
+    fits: bool
+    max_model_len_that_fits: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    quant_format: str | None
+    block_size: int = m.BLOCK_SIZE  # the unified block of a hybrid model, else --block-size
+    state_pages: int = 1  # pages a hybrid model's state layer holds per sequence (0: outside the cache)
+    sources: dict[str, str] = field(default_factory=dict)
+    model_runner: str = "MRV1"  # the model runner whose coefficients apply (model_runner)
+    sampler_bytes_per_logit: float = float(m.SAMPLER_BYTES_PER_LOGIT)  # the coefficient used
+
+
+def plan_memory(inp: PlanInput) -> PlanResult:
+    """Size one configuration: budget, weights, overhead, KV room, tokens, per-request need, concurrency."""
+    arch, v = inp.arch, inp.version
+    tp, pp = max(1, inp.tensor_parallel_size), max(1, inp.pipeline_parallel_size)
+    util = inp.gpu_memory_utilization if inp.gpu_memory_utilization is not None \
+        else float(releases.default("gpu_memory_utilization", v))
+    max_len = int(inp.max_model_len or arch.max_position_embeddings or 4096)
+    gpu_gib = inp.gpu_bytes / GIB
+    engine = releases.engine_for(v, inp.engine)
+    where = {"engine": engine, "gpu_gib": gpu_gib, "gpu_name": inp.gpu_name}
+    seqs = inp.max_num_seqs or int(releases.default("max_num_seqs", v, **where))
+    batched = inp.max_num_batched_tokens or int(releases.default("max_num_batched_tokens", v, max_model_len=max_len,
+                                                                 **where))
+    mdb = resolve_dtype_bytes(arch, inp.dtype)
+    kvb = kv_value_bytes(inp.kv_cache_dtype, mdb)
+    quant = inp.quantization if inp.quantization is not None else arch.quantization
+    bits = inp.quant_bits if inp.quant_bits is not None else (arch.quant_bits if quant == arch.quantization
+                                                               else None)
+    sources: dict[str, str] = {"weights": "given" if inp.weights is not None else "estimated"}
+    budget = inp.gpu_bytes * util
+    weights = float(inp.weights) if inp.weights is not None else float(weight_bytes(arch, mdb, quant, bits, tp, pp))
+    weights = max(0.0, weights - inp.cpu_offload_bytes)
+    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
+    runner = model_runner(arch, v, engine)
+    per_logit = sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler, runner)
+    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked, bytes_per_logit=per_logit))
+    if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
+        act = max(act, float(encoder_bytes(arch, batched, mdb)))
+    hybrid = hybrid_layout(inp, engine, mdb, kvb)
+    if arch.is_hybrid and not hybrid.paged:
+        # V0 keeps the state of max_num_seqs sequences outside the cache, allocated in the profiling run
+        act += seqs * hybrid.state_layers * hybrid.state_bytes
+    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
+    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine, runner))
+    in_budget = graphs_budgeted(v)
+    sources["overhead"] = "given" if inp.overhead is not None else "estimated"
+    overhead = float(inp.overhead) if inp.overhead is not None else act + ntm + (graphs if in_budget else 0.0)
+    sources["kv_cache"] = "fixed by --kv-cache-memory-bytes" if inp.kv_cache_fixed and inp.kv_cache_bytes is not None \
+        else "measured" if inp.kv_cache_bytes is not None else "computed"
+    kv_room = float(inp.kv_cache_bytes) if inp.kv_cache_bytes is not None else budget - weights - overhead
+    per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
+    # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
+    # patterns as full attention
+    window_aware = bool(releases.default("sliding_window_sized", v, engine=engine)) or not arch.layer_types \
+        or arch.is_hybrid
+    kw = {"tp": tp, "pp": pp, "kv_bytes": kvb, "max_num_batched_tokens": batched,
+          "block_size": hybrid.block_size, "window_aware": window_aware, "state_pages": hybrid.state_pages}
+    need = request_kv_bytes(arch, max_len, **kw)
+    if hybrid.paged:
+        conc = m.hybrid_concurrency(kv_room, hybrid.page_bytes, hybrid.group_size, hybrid.attention_groups,
+                                    hybrid.state_groups, max_len, hybrid.block_size, hybrid.state_pages)
+        tokens = m.hybrid_kv_tokens(kv_room, hybrid.page_bytes, hybrid.group_size,
+                                    hybrid.attention_groups + hybrid.state_groups, hybrid.block_size, conc, max_len,
+                                    bool(releases.default("hybrid_tokens_by_concurrency", v)))
+    else:
+        tokens = kv_cache_tokens(kv_room, per_token, hybrid.block_size)
+        conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
+    fits = kv_room > 0 and need <= kv_room
+    if inp.kv_cache_fixed:
+        # --kv-cache-memory-bytes is not capped by the utilization share: the whole device must hold it
+        fits = fits and m.device_need(weights, overhead, 0.0 if in_budget else graphs, kv_room) <= inp.gpu_bytes
+    fit_len = max_model_len_for(arch, kv_room, max(max_len, arch.max_position_embeddings or 0, 1), **kw)
+    if inp.max_model_len_auto and 0 < fit_len < max_len and not inp.max_model_len:
+        # vLLM's 'auto': the model's maximum, cut to the longest length one request's KV cache fits in
+        return plan_memory(replace(inp, max_model_len=int(fit_len)))
+    return PlanResult(
+        inp=inp, max_model_len=max_len, gpu_memory_utilization=util, model_dtype_bytes=mdb,
+        kv_value_bytes=kvb, kv_bytes_per_token=per_token, budget_bytes=budget, weights_bytes=weights,
+        overhead_bytes=overhead, activation_bytes=act, non_torch_bytes=ntm, cuda_graph_bytes=graphs,
+        graphs_in_budget=in_budget, kv_cache_bytes=kv_room, kv_cache_tokens=tokens, request_kv_bytes=need,
+        max_concurrency=conc, fits=fits, max_model_len_that_fits=round_down(fit_len) if fit_len >= LEN_STEP
+        else fit_len, max_num_seqs=seqs, max_num_batched_tokens=batched,
+        quant_format=quant_format(quant, bits), block_size=hybrid.block_size, state_pages=hybrid.state_pages,
+        sources=sources, model_runner=runner, sampler_bytes_per_logit=per_logit,
+    )
+
+
+@dataclass(frozen=True)
+class HybridLayout:
+    """How vLLM lays a model's cache out: block size, page, KV-cache groups, and the state pages a sequence
+    holds. A model without recurrent-state layers has block = --block-size and no state."""
+
+    paged: bool
+    block_size: int
+    page_bytes: float = 0.0
+    group_size: int = 0
+    attention_groups: int = 0
+    state_groups: int = 0
+    state_layers: int = 0
+    state_bytes: int = 0
+    state_pages: int = 0
+
+
+def hybrid_layout(inp: PlanInput, engine: str, model_dtype_bytes: float, kv_bytes: float) -> HybridLayout:
+    """The cache layout of `inp`'s model under its release: V1 (0.9.2+) pages the state and unifies the page
+    size (the attention block grows to hold one state page); V0 keeps the state outside the cache."""
+    arch, tp = inp.arch, max(1, inp.tensor_parallel_size)
+    if not arch.is_hybrid:
+        return HybridLayout(paged=False, block_size=inp.block_size)
+    ssm_b = ssm_state_bytes(arch, inp.mamba_ssm_cache_dtype, model_dtype_bytes)
+    state = state_bytes_per_layer(arch, tp, model_dtype_bytes, ssm_b)
+    kinds = m.stage_kinds(arch, max(1, inp.pipeline_parallel_size))
+    n_state = kinds.count("linear")
+    if not releases.default("hybrid_state_paged", inp.version, engine=engine):
+        return HybridLayout(paged=False, block_size=inp.block_size, state_layers=n_state, state_bytes=state)
+    block = max(inp.block_size, m.unified_block_size(m.kv_bytes_per_token_layer(arch, tp, kv_bytes), state))
+    size, att_groups, state_groups = m.hybrid_groups(sum(1 for k in kinds if k in ("full", "sliding")), n_state)
+    return HybridLayout(paged=True, block_size=block, page_bytes=block * m.kv_bytes_per_token_layer(arch, tp, kv_bytes),
+                        group_size=size, attention_groups=att_groups, state_groups=state_groups,
+                        state_layers=n_state, state_bytes=state, state_pages=2 if inp.enable_prefix_caching else 1)
+
+
+def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
+    """A copy of a plan input with some fields replaced (for what-if rows)."""
+    return replace(inp, **changes)
+
+
+def _estimate(inp: PlanInput) -> PlanResult:
+    """The plan with every figure estimated (no given or measured numbers)."""
+    return plan_memory(with_changes(inp, weights=None, overhead=None, kv_cache_bytes=None, kv_cache_fixed=False))
+
+
+def vary(inp: PlanInput, **changes: Any) -> PlanResult:
+    """Re-plan with some flags changed, keeping given or measured figures: a given weight size scales with the
+    estimate's ratio, a given overhead and a measured KV size move by the estimate's difference, and a KV
+    size fixed by --kv-cache-memory-bytes stays."""
+    base, var = _estimate(inp), with_changes(inp, **changes)
+    est = _estimate(var)
+    weights = overhead = kv = None
+    if inp.weights is not None:
+        weights = inp.weights * (est.weights_bytes / base.weights_bytes if base.weights_bytes else 1.0)
+    if inp.overhead is not None:
+        overhead = inp.overhead + (est.overhead_bytes - base.overhead_bytes)
+    if inp.kv_cache_bytes is not None:
+        kv = inp.kv_cache_bytes if inp.kv_cache_fixed else \
+            inp.kv_cache_bytes + (est.kv_cache_bytes - base.kv_cache_bytes)
+    return plan_memory(with_changes(var, weights=weights, overhead=overhead, kv_cache_bytes=kv))
+
+
+def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
+    """The planner's what-if rows: fp8 KV cache, 4-bit weights, TP=2/4, utilization +0.03."""
+    rows: list[tuple[str, dict[str, Any], dict[str, str | None]]] = [("as planned", {}, {})]
+    if res.kv_value_bytes > 1:
+        rows.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, {"--kv-cache-dtype": "fp8"}))
+    if res.quant_format not in ("int4", "mxfp4", "nvfp4", "nf4", "gguf"):
+        # no flag: --quantization awq on a checkpoint that is not AWQ fails; the fix is another checkpoint
+        rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4}, {}))
+    for tp in (2, 4):
+        if inp.tensor_parallel_size < tp:
+            rows.append((f"TP={tp} ({tp} GPUs)", {"tensor_parallel_size": tp}, {"--tensor-parallel-size": str(tp)}))
+    util = res.gpu_memory_utilization + 0.03
+    if util <= 1.0 and not inp.kv_cache_fixed:
+        util = round(util, 2)
+        rows.append((f"--gpu-memory-utilization {util:g}", {"gpu_memory_utilization": util},
+                     {"--gpu-memory-utilization": f"{util:g}"}))
+    full = whole_gpu_kv_bytes(res)
+    if not res.fits and not inp.kv_cache_fixed and full > max(res.kv_cache_bytes, 0) and \
+            releases.default("kv_cache_memory_bytes_flag", inp.version):
+        # vLLM's own hint ('Replace gpu_memory_utilization config with --kv-cache-memory=...'): the KV cache sized
+        # to the whole GPU less what profiling and graphs need, instead of a utilization share
+        rows.append(("--kv-cache-memory-bytes (whole GPU)",
+                     {"kv_cache_bytes": full, "kv_cache_fixed": True},
+                     {"--kv-cache-memory-bytes": str(int(full)), "--gpu-memory-utilization": None}))
+    out = []
+    for label, changes, flags in rows:
+        if changes.get("kv_cache_fixed"):
+            r = plan_memory(with_changes(inp, **changes))
+        else:
+            r = vary(inp, **changes) if changes else res
+        ok = r.fits and inp.arch.num_attention_heads % r.inp.tensor_parallel_size == 0
+        out.append({
+            "label": label, "flags": flags, "kv_cache_bytes": int(r.kv_cache_bytes),
+            "kv_cache_tokens": r.kv_cache_tokens, "max_concurrency": round(r.max_concurrency, 4), "fits": ok,
+            "weights_bytes": int(r.weights_bytes), "max_model_len_that_fits": r.max_model_len_that_fits,
+        })
+    return out
+
+
+def device_need_bytes(res: PlanResult) -> float:
+    """memory.device_need for a plan: what one rank holds once its KV cache is allocated."""
+    return m.device_need(res.weights_bytes, res.overhead_bytes, 0.0 if res.graphs_in_budget else res.cuda_graph_bytes,
+                         res.kv_cache_bytes)
+
+
+def whole_gpu_kv_bytes(res: PlanResult, spare: float = 0.02) -> float:
+    """KV memory --kv-cache-memory-bytes can give: the GPU less 2%, the weights, the profiled peaks and the CUDA
+    graphs (budgeted or not: with a fixed KV size they all come out of the same device)."""
+    graphs = 0.0 if res.graphs_in_budget else res.cuda_graph_bytes
+    return res.inp.gpu_bytes * (1 - spare) - res.weights_bytes - res.overhead_bytes - graphs
+
+
+def len_for_concurrency(res: PlanResult, want: float) -> int:
+    """Largest --max-model-len (multiple of 1024, up to the planned one) at which `want` requests fit at once."""
+    inp = res.inp
+    if res.kv_cache_bytes <= 0 or want <= 0:
+        return 0
+    fit = max_model_len_for(inp.arch, res.kv_cache_bytes / want, res.max_model_len,
+                            tp=inp.tensor_parallel_size, pp=inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
+                            max_num_batched_tokens=res.max_num_batched_tokens, block_size=res.block_size,
+                            state_pages=res.state_pages)
+    return round_down(fit)
+
+
+def length_table(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
+    """Per-request KV and concurrency at powers of two up to the planned length (and the planned one)."""
+    lengths = {res.max_model_len}
+    n = 4096
+    while n < res.max_model_len:
+        lengths.add(n)
+        n *= 2
+    out = []
+    for length in sorted(lengths):
+        need = request_kv_bytes(inp.arch, length, inp.tensor_parallel_size, inp.pipeline_parallel_size,
+                                res.kv_value_bytes, res.max_num_batched_tokens, res.block_size,
+                                state_pages=res.state_pages)
+        conc = res.kv_cache_bytes / need if need and res.kv_cache_bytes > 0 else 0.0
+        out.append({"max_model_len": length, "request_kv_bytes": need, "max_concurrency": round(conc, 4)})
+    return out
+
+
+# --- flags and environment that move the physics, and the rules applied, in words --------------------------
+
+def serve_extras(flags: dict[str, Any], env: dict[str, str], auto_len: bool = False) -> dict[str, Any]:
+    """PlanInput fields a `vllm serve` command sets beyond the sizes: --disable-custom-all-reduce,
+    --skip-mm-profiling, --enable-prefix-caching, --mamba-ssm-cache-dtype, VLLM_USE_FLASHINFER_SAMPLER,
+    --max-model-len auto.
+
+    >>> serve_extras({"--enable-prefix-caching": True, "--mamba-ssm-cache-dtype": "float16"}, {})
+    {'max_model_len_auto': False, 'enable_prefix_caching': True, 'mamba_ssm_cache_dtype': 'float16'}
+    """
+    out: dict[str, Any] = {"max_model_len_auto": auto_len}
+    if flags.get("--no-enable-prefix-caching"):
+        out["enable_prefix_caching"] = False
+    elif flags.get("--enable-prefix-caching") not in (None, False):
+        out["enable_prefix_caching"] = str(flags["--enable-prefix-caching"]).lower() not in ("false", "0")
+    if flags.get("--mamba-ssm-cache-dtype"):
+        out["mamba_ssm_cache_dtype"] = str(flags["--mamba-ssm-cache-dtype"])
+    if flags.get("--disable-custom-all-reduce"):
+        out["custom_all_reduce"] = False
+    if flags.get("--skip-mm-profiling"):
+        out["skip_mm_profiling"] = True
+    fi = (env or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
+    if fi in ("0", "1"):
+        out["flashinfer_sampler"] = fi == "1"
+        if fi == "1":
+            out["flashinfer"] = True
+    return out
+
+
+def physics_assumptions(res: PlanResult) -> list[str]:
+    """The class rules behind the overhead and weights of this plan (each applies to a class of models or
+    releases, never to one case)."""
+    inp, a, v = res.inp, res.inp.arch, res.inp.version
+    engine = releases.engine_for(v, inp.engine)
+    out = []
+    if engine == "V0" and not releases.is_chunked_v0(res.max_model_len, v) and not inp.max_num_batched_tokens:
+        out.append(f"V0 without chunked prefill profiles one batch of max(max_model_len, 2048) = "
+                   f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
+    if res.sampler_bytes_per_logit == m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
+        out.append("sampler: FlashInfer's top-p/top-k kernel (no sort), 12 bytes per logit")
+    if res.model_runner == "MRV2":
+        out.append(f"Model Runner V2 (dense models from vLLM 0.25, every model from 0.29): the profiled peak is the "
+                   f"forward pass (the sampler keeps {res.sampler_bytes_per_logit:g} bytes per logit) plus "
+                   f"{res.cuda_graph_bytes / GIB:.2f} GiB for the graph estimate and a cold compile's workspace")
+    if a.vision and engine == "V1":
+        if inp.skip_mm_profiling:
+            out.append("multimodal: --skip-mm-profiling, the encoder is not profiled")
+        else:
+            items = encoder_items(a, res.max_num_batched_tokens)
+            out.append(f"multimodal: the encoder is profiled with {items} largest image(s) "
+                       f"({a.vision.get('patches_per_item', 0):,} patches each): "
+                       f"{encoder_bytes(a, res.max_num_batched_tokens, res.model_dtype_bytes) / GIB:.2f} GiB, "
+                       "counted when above the text peak")
+    if inp.tensor_parallel_size > 1 and inp.custom_all_reduce is False:
+        out.append("custom all-reduce off (--disable-custom-all-reduce or no peer access): NCCL buffers only")
+    if res.quant_format == "gguf":
+        out.append(f"GGUF: {inp.quant_bits or a.quant_bits or GGUF_BITS['q4_k_m']:g} bits per weight for every "
+                   "matrix, embeddings and output included")
+    if inp.max_model_len_auto:
+        out.append("--max-model-len auto: the model's maximum, or the longest length one request's KV cache fits")
+    if a.is_hybrid:
+        tp = inp.tensor_parallel_size
+        n_state = a.kinds().count("linear")
+        n_att = sum(1 for k in a.kinds() if k in ("full", "sliding"))
+        ssm_b = ssm_state_bytes(a, inp.mamba_ssm_cache_dtype, res.model_dtype_bytes)
+        state = state_bytes_per_layer(a, tp, res.model_dtype_bytes, ssm_b)
+        head = (f"hybrid {STATE_NAMES.get(a.state_kind, a.state_kind)}: {n_att} of {a.layers} layers cache KV; "
+                f"{n_state} keep a "
+                f"{state / MIB:.2f} MiB state per sequence and layer (SSM state {ssm_b:g} bytes per element)")
+        if res.state_pages:
+            out.append(f"{head}; vLLM unifies the pages (attention block {res.block_size} tokens), "
+                       f"{res.state_pages} state page(s) per sequence"
+                       + (" (prefix caching: 'align' mode)" if res.state_pages > 1 else "")
+                       + ("; the token count is max_concurrency x max_model_len"
+                          if releases.default("hybrid_tokens_by_concurrency", v) else
+                          "; the token count is whole blocks per KV-cache group x the block size"))
+        else:
+            out.append(f"{head}; this engine keeps the state of max_num_seqs sequences outside the KV cache, "
+                       "counted with the activations")
+    return out
