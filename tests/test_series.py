@@ -96,7 +96,7 @@ def test_each_bucket_sums_up_exactly_the_points_it_covers_after_any_number_of_ha
 
 
 def test_year_less_clock_crosses_new_year():
-    from diagnoser.ingest.reader import parse_line
+    from diagnoser.ingest.line import parse_line
 
     c = Clock()
     t1 = c.of_line(parse_line(1, "INFO 12-31 23:59:50 [loggers.py:1] x"))

@@ -30,7 +30,7 @@ from diagnoser.analysis.serving.metrics import KEYWORDS as METRIC_KEYWORDS
 from diagnoser.analysis.serving.metrics import MetricsReader, Scrape
 from diagnoser.ingest.dense import ShapePlans
 from diagnoser.ingest.keywords import SMALL_BLOCK, BlockPattern, KeywordIndex
-from diagnoser.ingest.reader import Line
+from diagnoser.ingest.line import Line
 
 MAX_BUCKETS = 600        #: points kept per engine for charts (each a bucket of raw points)
 MAX_WINDOWS = 100        #: windows listed per detector (all of them are counted)
@@ -782,7 +782,7 @@ def access_counts(block: bytes, gaps: list[tuple[int, int]] | None = None, start
                   ) -> tuple[list[int], list[int]] | None:
     """(where the block's stats lines start, the access lines (` HTTP/`) before each and after the last), within
     `gaps` (None: the whole block); None when the block holds no access line. The passes over the whole block
-    that Series.access_block needs, as a function of the block alone: the reader's helper process runs it ahead.
+    that Series.access_block needs, as a function of the block alone.
     `starts`: the block's keyword lines (the reader's hits; a stats line is one), else the block is searched.
 
     >>> block = b'GET / HTTP/1.1" 200\\nINFO Avg prompt throughput: 1\\nGET / HTTP/1.1" 200\\n'
@@ -866,22 +866,19 @@ class Series:
 
     def access_block(self, first_number: int, block: bytes, gaps: list[tuple[int, int]] | None = None,
                      index: Any = None, line_map: list[int] | None = None, starts: list[int] | None = None,
-                     found: dict[Any, list[re.Match[bytes]]] | None = None,
-                     counted: tuple[list[int], list[int]] | None = None) -> None:
+                     found: dict[Any, list[re.Match[bytes]]] | None = None) -> None:
         """Count access lines and their failed statuses in a raw block, split at its stats lines (an access
         line has no clock: it belongs to the interval that the next stats line closes). `gaps`: the ranges
         outside request-logger lines (None: the whole block); a prompt that quotes an access line is no request.
-        `index`: the reader's newline counts of the block (reader.LineIndex), else they are counted here.
+        `index`: the reader's newline counts of the block (selection.LineIndex), else they are counted here.
         `line_map`: the physical line of each of the block's lines (a shipper's record may hold several, an
         OTLP export). `starts`: where the block's keyword lines start (the reader's hits), stats lines among
         them; else the block is searched for them. `found`: the reader's search of the gaps for BLOCK_ERROR
-        among others (Prefilter.scan), else the block is searched for it here. `counted`: access_counts of the
-        block, when the reader's helper process counted already (prescan.py).
+        among others (Prefilter.scan), else the block is searched for it here.
         """
+        counted = access_counts(block, gaps, starts)
         if counted is None:
-            counted = access_counts(block, gaps, starts)
-            if counted is None:
-                return
+            return
         cuts, counts = counted
         self._http_seen = True
         ranges = [(0, len(block))] if gaps is None else gaps
