@@ -172,7 +172,7 @@ def test_keyword_index_finds_the_same_keywords_keyword_by_keyword_and_by_engine(
 @pytest.mark.parametrize("seed", range(3))
 def test_a_block_pattern_finds_the_same_matches_in_short_and_long_ranges(seed, monkeypatch):
     pytest.importorskip("hyperscan")
-    from diagnoser.analysis.serving.series import BLOCK_ERROR
+    from diagnoser.analysis.serving.stats_lines import BLOCK_ERROR
     from diagnoser.ingest import keywords
 
     block = _block(seed).replace(b'" 200 OK', b'" 503 Service Unavailable', 3)

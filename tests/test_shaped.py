@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from diagnoser.analysis.pipeline import diagnose_text, prefilter_for
-from diagnoser.analysis.serving.series import MAX_WINDOWS
+from diagnoser.analysis.serving.spill import MAX_WINDOWS
 from diagnoser.ingest import dense as shaped
 from diagnoser.ingest.clean import physical_to_lines
 from diagnoser.ingest.keywords import KeywordIndex
@@ -187,7 +187,7 @@ def _general_block_lines(block_lines):
 
 
 def test_window_facts_computed_when_asked_are_the_window_facts():
-    from diagnoser.analysis.serving.series import LocalFacts, window_facts
+    from diagnoser.analysis.serving.facts import LocalFacts, window_facts
 
     report = diagnose_text(_collapsing_stats(600))
     windows = [w for t in report.series.tracks.values() for ws in t.windows.values() for w in ws]

@@ -10,8 +10,9 @@ from typing import Any, BinaryIO
 
 from diagnoser.analysis.advise import Advisor, Finding
 from diagnoser.analysis.matcher import Hit, Matcher
-from diagnoser.analysis.serving.series import BLOCK_ERROR, Series
 from diagnoser.analysis.serving.series import KEYWORDS as SERIES_KEYWORDS
+from diagnoser.analysis.serving.series import Series
+from diagnoser.analysis.serving.stats_lines import BLOCK_ERROR
 from diagnoser.analysis.tracker import Context, Tracker, landmark_keywords
 from diagnoser.ingest.keywords import SMALL_BLOCK, BlockPattern
 from diagnoser.ingest.prefilter import Prefilter
