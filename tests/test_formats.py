@@ -21,7 +21,7 @@ import pytest
 from diagnoser import __version__
 from diagnoser.analysis.pipeline import Report, diagnose
 from diagnoser.cli import main as cli
-from diagnoser.ingest.reader import Line
+from diagnoser.ingest.line import Line
 from diagnoser.report import FORMATS, renderer
 from diagnoser.report import github as gh
 from diagnoser.report import markdown as md

@@ -15,7 +15,7 @@ from typing import Any
 
 from diagnoser.analysis.matcher import MAX_EVIDENCE, Evaluator, Fold, Hit, derive_facts, drop_shadowed, template_names
 from diagnoser.analysis.tracker import Context
-from diagnoser.ingest.reader import Line
+from diagnoser.ingest.line import Line
 from diagnoser.rules.loader import SEVERITY_RANK, Fix, Rule
 from diagnoser.vllm import serve_args
 from diagnoser.vllm.flags import lookup as lookup_flag

@@ -25,7 +25,10 @@ from rapidfuzz.utils import default_process
 from diagnoser.analysis.tracker import FRAME, TRACEBACK_START, is_exception_line, to_number
 from diagnoser.ingest.dense import ShapeCache, digit_free, remember, shape_key, shape_safe
 from diagnoser.ingest.keywords import LONG_TEXT, KeywordIndex, lowered
-from diagnoser.ingest.reader import FOLLOW, MAX_LINE, WRAP_MAX, WRAP_MIN_WIDTH, Line
+from diagnoser.ingest.line import Line
+from diagnoser.ingest.reader import MAX_LINE
+from diagnoser.ingest.selection import FOLLOW, WRAP_MAX
+from diagnoser.ingest.unwrap import WRAP_MIN_WIDTH
 from diagnoser.rules.loader import Pattern, Rule, wrap_tolerant
 from diagnoser.vllm import memory, units
 from diagnoser.vllm.stages import coarse

@@ -20,7 +20,7 @@ from typing import Any
 from diagnoser import datafiles
 from diagnoser.ingest.dense import ShapeCache, ShapePlans
 from diagnoser.ingest.keywords import KeywordIndex
-from diagnoser.ingest.reader import Line
+from diagnoser.ingest.line import Line
 from diagnoser.vllm import serve_args
 from diagnoser.vllm.releases import default, engine_for, parse_version
 from diagnoser.vllm.stages import coarse, order

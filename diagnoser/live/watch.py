@@ -29,7 +29,8 @@ from diagnoser.analysis.matcher import Hit, Matcher
 from diagnoser.analysis.pipeline import Report, prefilter_for
 from diagnoser.analysis.tracker import Tracker
 from diagnoser.errors import InputError
-from diagnoser.ingest.reader import BLOCK, Line, ReadStats, read_lines
+from diagnoser.ingest.line import Line
+from diagnoser.ingest.reader import BLOCK, ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
 from diagnoser.live.tee import FileTee, Tee, tee_source, write_all
 from diagnoser.report.model import finding_dict

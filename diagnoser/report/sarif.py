@@ -135,7 +135,7 @@ _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|\d+(?:[.,]\d+)*")
 
 def fingerprint(rule_id: str, uri: str, finding: dict[str, Any]) -> str:
     """Stable across runs: rule, file, and the anchor evidence with numbers and ids masked."""
-    from diagnoser.ingest.reader import parse_line
+    from diagnoser.ingest.line import parse_line
 
     evidence = finding.get("evidence") or []
     anchor = next((e for e in evidence if e.get("line") == finding.get("line")), evidence[0] if evidence else None)

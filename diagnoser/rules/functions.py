@@ -353,10 +353,10 @@ def _longtail() -> dict[str, Any]:
 def seconds_between(start: str | None, end: str | None) -> int | None:
     """Seconds from one vLLM timestamp to a later one: ('01-18 20:15:59', '01-18 20:33:11') -> 1032.
 
-    vLLM prints MM-DD HH:MM:SS without a year; read as the serving series' clock reads it (series.Clock: an
+    vLLM prints MM-DD HH:MM:SS without a year; read as the serving series' clock reads it (clock.Clock: an
     end far before the start is in the next year, a log across New Year).
     """
-    from diagnoser.analysis.serving.series import NEW_YEAR_GAP, vllm_time_seconds
+    from diagnoser.analysis.serving.clock import NEW_YEAR_GAP, vllm_time_seconds
 
     a, b = (vllm_time_seconds((text or "")[:14]) for text in (start, end))
     if a is None or b is None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from diagnoser.analysis.serving.series import SERIES_FACTS
+from diagnoser.analysis.serving.facts import SERIES_FACTS
 from diagnoser.errors import InputError, LimitError
 from diagnoser.rules.regexcheck import catastrophic
 from diagnoser.vllm.stages import STAGES
@@ -89,7 +89,7 @@ class Pattern:
     catalog: list[str]
     #: `when` names only extracted facts: it can be tested before the (costlier) derived facts exist
     when_early: bool = False
-    #: a window kind of the serving series (series.SERIES_FACTS): matched once per window, not per line
+    #: a window kind of the serving series (facts.SERIES_FACTS): matched once per window, not per line
     series: str | None = None
 
 
