@@ -50,7 +50,7 @@ _SAFE: dict[int, tuple[Any, bool]] = {}
 
 
 def _safe(pattern: Any) -> bool:
-    """shaped.shape_safe of a compiled regex, once per pattern object."""
+    """dense.shape_safe of a compiled regex, once per pattern object."""
     found = _SAFE.get(id(pattern))
     if found is None or found[0] is not pattern:
         found = _SAFE[id(pattern)] = (pattern, shape_safe(pattern.pattern))

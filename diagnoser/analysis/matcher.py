@@ -151,7 +151,7 @@ class Matcher:
         when one aggregate rule reads KIND and series_keep tells exactly which windows it reports (a `when`
         of the window's own facts, no rule `when`); else None (every window's lines may show).
 
-        That rule's Fold and _Firsts hold whole only hits that add a distinct evidence line before MAX_EVIDENCE,
+        That rule's Fold and Firsts hold whole only hits that add a distinct evidence line before MAX_EVIDENCE,
         in line order: a later window of the same track (its windows come in line order) is never one.
         """
         entries = self._series_of(kind)

@@ -480,7 +480,7 @@ _GROUP_READERS: dict[str, Callable[[Tracker, Landmark, str, str, str], None]] = 
 
 
 def _stats_plan(text: str) -> dict[str, tuple[int, int] | None]:
-    """Where the tracker's stats figures are in a line (positions: one plan serves a shape, see shaped.py)."""
+    """Where the tracker's stats figures are in a line (positions: one plan serves a shape, see ingest/dense.py)."""
     found = {k: r.search(text) for k, r in STATS.items()}
     return {k: (m.start(1), m.end(1)) if m else None for k, m in found.items()}
 
