@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.analysis.matcher import CUT_PIECE, Matcher
+from diagnoser.analysis.matcher import Matcher
 from diagnoser.analysis.pipeline import diagnose_text
+from diagnoser.analysis.window import CUT_PIECE
 from diagnoser.ingest.keywords import LONG_TEXT, lowered
 from diagnoser.ingest.line import Line
 from diagnoser.rules.loader import builtin_rules

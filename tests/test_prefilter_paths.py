@@ -125,7 +125,7 @@ def test_a_log_past_the_paste_size_is_diagnosed_as_the_same_log_read_the_plain_w
 
 def test_folded_aggregate_hits_give_the_finding_the_whole_group_gives(monkeypatch):
     """300 preemption warnings over two ranks: folding them as they come changes no figure of the finding."""
-    from diagnoser.analysis import advise, matcher
+    from diagnoser.analysis import advise, fold
 
     lines = ["INFO 05-01 10:00:00 llm_engine.py:70] Initializing an LLM engine (v0.6.3) with config: model='org/m'"]
     for i in range(300):
@@ -140,8 +140,8 @@ def test_folded_aggregate_hits_give_the_finding_the_whole_group_gives(monkeypatc
 
     folded = diagnose(io.BytesIO(data), "x", builtin_rules())
     kept = []
-    original_add, original_findings = matcher.Fold.add, advise.Advisor.findings
-    monkeypatch.setattr(matcher.Fold, "add", lambda self, hit: kept.append(hit) or original_add(self, hit) or True)
+    original_add, original_findings = fold.Fold.add, advise.Advisor.findings
+    monkeypatch.setattr(fold.Fold, "add", lambda self, hit: kept.append(hit) or original_add(self, hit) or True)
     monkeypatch.setattr(advise.Advisor, "findings", lambda self, hits, ctx, folds=None: original_findings(self, hits, ctx))
     whole = diagnose(io.BytesIO(data), "x", builtin_rules())
     assert len(kept) == 300

@@ -163,14 +163,14 @@ def _stats_log(lines: int) -> str:
 
 def test_folded_window_hits_give_the_same_findings(monkeypatch):
     """A long series of windows keeps only the hits a finding shows whole; its facts are those of all hits."""
-    from diagnoser.analysis import matcher
+    from diagnoser.analysis import fold
     from diagnoser.report.model import report_dict
 
     text = _stats_log(6000)
     folded = diagnose_text(text)
     windows = sum(t.windows["throughput-collapse"].total for t in folded.series.tracks.values())
     assert windows > 300
-    monkeypatch.setattr(matcher._Firsts, "add", lambda self, i, h, kept: self.kept.append((i, h)))
+    monkeypatch.setattr(fold.Firsts, "add", lambda self, i, h, kept: self.kept.append((i, h)))
     whole = diagnose_text(text)
     assert any(f.rule.id == "throughput-collapse" for f in folded.findings)
     assert report_dict(folded, series=True) == report_dict(whole, series=True)
@@ -206,7 +206,7 @@ def _live_windows() -> int:
 def test_ten_thousand_windows_report_what_ten_do():
     """The preemption finding of 10,000 saturation windows: one hit per window, the same figures and the same
     first evidence as 10 windows of the same cycle, every window's seconds summed; its listing stops at 100."""
-    from diagnoser.analysis.matcher import MAX_LISTED
+    from diagnoser.analysis.fold import MAX_LISTED
     from diagnoser.report.model import report_dict
 
     small, large = (diagnose_text(_saturated_every_minute(n)) for n in (10, 10_000))

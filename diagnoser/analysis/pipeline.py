@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from diagnoser.analysis.advise import Advisor, Finding
-from diagnoser.analysis.matcher import Hit, Matcher
+from diagnoser.analysis.hits import Hit
+from diagnoser.analysis.matcher import Matcher
 from diagnoser.analysis.serving.series import KEYWORDS as SERIES_KEYWORDS
 from diagnoser.analysis.serving.series import Series
 from diagnoser.analysis.serving.stats_lines import BLOCK_ERROR
@@ -18,7 +19,8 @@ from diagnoser.ingest.keywords import SMALL_BLOCK, BlockPattern
 from diagnoser.ingest.prefilter import Prefilter
 from diagnoser.ingest.reader import ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
-from diagnoser.rules.loader import Rule, builtin_rules
+from diagnoser.rules.loader import builtin_rules
+from diagnoser.rules.model import Rule
 
 
 @dataclass

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from diagnoser.analysis.pipeline import Report
-    from diagnoser.rules.loader import Rule
+    from diagnoser.rules.model import Rule
 
 FAIL_ON = ("error", "warning", "info", "never")
 
@@ -164,7 +164,7 @@ def exit_code(reports: list[Report], fail_on: str, exit_zero: bool) -> int:
     """1 when any finding is at or above --fail-on, else 0."""
     if exit_zero or fail_on == "never":
         return 0
-    from diagnoser.rules.loader import SEVERITY_RANK  # loaded by the diagnosis anyway; imported late for start-up time
+    from diagnoser.rules.model import SEVERITY_RANK  # loaded by the diagnosis anyway; imported late for start-up time
 
     limit = SEVERITY_RANK[fail_on]
     hit = any(SEVERITY_RANK[f.severity] <= limit for r in reports for f in r.findings if not f.rule.context)
@@ -377,7 +377,8 @@ def check_cmd(**kwargs: Any) -> None:
 
 def _rules_with(rule_paths: tuple[str, ...]) -> list[Rule] | tuple[Rule, ...]:
     """Shipped rules plus --rules files (fully validated); a bad file is a usage error naming it."""
-    from diagnoser.rules.loader import RuleError, load_rules
+    from diagnoser.rules.loader import load_rules
+    from diagnoser.rules.model import RuleError
 
     if not rule_paths:
         return builtin_rules()

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from diagnoser.rules.loader import SEVERITY_RANK
+from diagnoser.rules.model import SEVERITY_RANK
 
 ENGINES = ("local", "ray")
 SEVERITY_ORDER = SEVERITY_RANK   # the one severity order (rules.py)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from diagnoser.analysis.advise import Advisor, Finding
-from diagnoser.analysis.matcher import Hit, Matcher
+from diagnoser.analysis.hits import Hit
+from diagnoser.analysis.matcher import Matcher
 from diagnoser.analysis.pipeline import Report, prefilter_for
 from diagnoser.analysis.tracker import Tracker
 from diagnoser.errors import InputError
@@ -34,7 +35,7 @@ from diagnoser.ingest.reader import BLOCK, ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
 from diagnoser.live.tee import FileTee, Tee, tee_source, write_all
 from diagnoser.report.model import finding_dict
-from diagnoser.rules.loader import Rule
+from diagnoser.rules.model import Rule
 from diagnoser.vllm.stages import coarse
 
 POLL = 0.1           #: seconds between looks at an idle input ...

@@ -26,7 +26,7 @@ from urllib.parse import quote
 from diagnoser.analysis.advise import Finding
 from diagnoser.analysis.pipeline import Report
 from diagnoser.report.model import SCHEMA_VERSION, TOOL, finding_dict, report_dict
-from diagnoser.rules.loader import Rule
+from diagnoser.rules.model import Rule
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
