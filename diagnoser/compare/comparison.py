@@ -21,8 +21,8 @@ from diagnoser.analysis.pipeline import Report
 from diagnoser.analysis.tracker import Context
 from diagnoser.errors import DoctorError
 from diagnoser.vllm import memory as mem
+from diagnoser.vllm import profiling, sizing, weights
 from diagnoser.vllm import releases as rel
-from diagnoser.vllm import sizing
 
 SCHEMA_VERSION = 1
 #: a KV change smaller than both of these is not worth reporting
@@ -405,7 +405,7 @@ def _split_overhead(s: Start, res: sizing.PlanResult | None) -> None:
     graphs = s.get("cuda_graph_budget_gib") or 0.0
     tp = int((s.context.tensor_parallel_size if s.context else None) or 1)
     non_torch = b["non_torch_gib"].value if "non_torch_gib" in b else (
-        res.non_torch_bytes / mem.GIB if res is not None else mem.non_torch_bytes(tp, 1, s.gpu_name) / mem.GIB)
+        res.non_torch_bytes / mem.GIB if res is not None else profiling.non_torch_bytes(tp, 1, s.gpu_name) / mem.GIB)
     if budget is not None and weights is not None and kv is not None:
         rest = budget - weights - kv - graphs
         if "activation_peak_gib" in b:
@@ -547,10 +547,10 @@ def _activation_return(after: Start, seqs: int | None, batched: int | None) -> f
     inp = _plan_input(after)
     if inp is None:
         return None
-    base = mem.activation_bytes(after.arch, inp.max_num_batched_tokens, inp.max_num_seqs,
-                                inp.tensor_parallel_size, mem.resolve_dtype_bytes(after.arch, inp.dtype))
-    new = mem.activation_bytes(after.arch, batched or inp.max_num_batched_tokens, seqs or inp.max_num_seqs,
-                               inp.tensor_parallel_size, mem.resolve_dtype_bytes(after.arch, inp.dtype))
+    base = profiling.activation_bytes(after.arch, inp.max_num_batched_tokens, inp.max_num_seqs,
+                                inp.tensor_parallel_size, weights.resolve_dtype_bytes(after.arch, inp.dtype))
+    new = profiling.activation_bytes(after.arch, batched or inp.max_num_batched_tokens, seqs or inp.max_num_seqs,
+                               inp.tensor_parallel_size, weights.resolve_dtype_bytes(after.arch, inp.dtype))
     return max(0.0, (base - new) / mem.GIB)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from diagnoser.vllm import kvcache, sizing
 from diagnoser.vllm import memory as mem
-from diagnoser.vllm import sizing
 from diagnoser.vllm.modelspec import GpuSpec
 from diagnoser.vllm.releases import Version, default, engine_for, parse_version
 
@@ -42,7 +42,7 @@ def kv_message(res: sizing.PlanResult, v: Version) -> str:
     ml, need, avail = res.max_model_len, res.request_kv_bytes, res.kv_cache_bytes
     if avail <= 0:
         return no_memory_message(v)
-    est = mem.max_model_len_for(res.inp.arch, avail, ml, tp=res.inp.tensor_parallel_size,
+    est = kvcache.max_model_len_for(res.inp.arch, avail, ml, tp=res.inp.tensor_parallel_size,
                                 pp=res.inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
                                 max_num_batched_tokens=res.max_num_batched_tokens)
     if engine_for(v, res.inp.engine) == "V0":

@@ -17,7 +17,9 @@ from typing import Any
 
 from diagnoser import datafiles
 from diagnoser.errors import UsageError
-from diagnoser.vllm.memory import GGUF_BITS, GIB, ArchSpec, gguf_bits
+from diagnoser.vllm.archspec import ArchSpec
+from diagnoser.vllm.memory import GIB
+from diagnoser.vllm.weights import GGUF_BITS, gguf_bits
 
 
 class SpecError(UsageError):
