@@ -81,7 +81,7 @@ def exit_code(reports: list[Report], fail_on: str, exit_zero: bool) -> int:
     """1 when any finding is at or above --fail-on, else 0."""
     if exit_zero or fail_on == "never":
         return 0
-    from diagnoser.rules.loader import SEVERITY_RANK  # loaded by the diagnosis anyway; imported late for start-up time
+    from diagnoser.rules.model import SEVERITY_RANK
 
     limit = SEVERITY_RANK[fail_on]
     hit = any(SEVERITY_RANK[f.severity] <= limit for r in reports for f in r.findings if not f.rule.context)

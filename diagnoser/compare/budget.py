@@ -9,7 +9,7 @@ from diagnoser.analysis.tracker import Context
 from diagnoser.compare.model import BUDGET, Figure, Start
 from diagnoser.compare.starts import settings_for
 from diagnoser.vllm import memory as mem
-from diagnoser.vllm import sizing
+from diagnoser.vllm import profiling, sizing
 
 
 def plan_input(s: Start) -> sizing.PlanInput | None:
@@ -131,7 +131,7 @@ def _split_overhead(s: Start, res: sizing.PlanResult | None) -> None:
     graphs = s.get("cuda_graph_budget_gib") or 0.0
     tp = int((s.context.tensor_parallel_size if s.context else None) or 1)
     non_torch = b["non_torch_gib"].value if "non_torch_gib" in b else (
-        res.non_torch_bytes / mem.GIB if res is not None else mem.non_torch_bytes(tp, 1, s.gpu_name) / mem.GIB)
+        res.non_torch_bytes / mem.GIB if res is not None else profiling.non_torch_bytes(tp, 1, s.gpu_name) / mem.GIB)
     if budget is not None and weights is not None and kv is not None:
         rest = budget - weights - kv - graphs
         if "activation_peak_gib" in b:

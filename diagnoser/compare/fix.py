@@ -12,6 +12,7 @@ from diagnoser.compare.budget import plan_input
 from diagnoser.compare.model import Fix, Start
 from diagnoser.compare.moved import QUIET_GIB, gib, quiet, why
 from diagnoser.vllm import memory as mem
+from diagnoser.vllm import profiling, weights
 from diagnoser.vllm import releases as rel
 
 #: the highest --gpu-memory-utilization a fix proposes
@@ -23,10 +24,10 @@ def _activation_return(after: Start, seqs: int | None, batched: int | None) -> f
     inp = plan_input(after)
     if inp is None:
         return None
-    base = mem.activation_bytes(after.arch, inp.max_num_batched_tokens, inp.max_num_seqs,
-                                inp.tensor_parallel_size, mem.resolve_dtype_bytes(after.arch, inp.dtype))
-    new = mem.activation_bytes(after.arch, batched or inp.max_num_batched_tokens, seqs or inp.max_num_seqs,
-                               inp.tensor_parallel_size, mem.resolve_dtype_bytes(after.arch, inp.dtype))
+    base = profiling.activation_bytes(after.arch, inp.max_num_batched_tokens, inp.max_num_seqs,
+                                inp.tensor_parallel_size, weights.resolve_dtype_bytes(after.arch, inp.dtype))
+    new = profiling.activation_bytes(after.arch, batched or inp.max_num_batched_tokens, seqs or inp.max_num_seqs,
+                               inp.tensor_parallel_size, weights.resolve_dtype_bytes(after.arch, inp.dtype))
     return max(0.0, (base - new) / mem.GIB)
 
 

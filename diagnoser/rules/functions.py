@@ -13,7 +13,7 @@ from typing import Any
 from rapidfuzz import fuzz, process
 
 from diagnoser import datafiles
-from diagnoser.vllm import flags, memory, releases, serve_args, units
+from diagnoser.vllm import flags, memory, releases, serve_args, units, weights
 from diagnoser.vllm.modelspec import SpecError, load_model, model_names
 
 
@@ -276,7 +276,7 @@ def model_weights_gib(model: str | None, dtype: str | None = None, quantization:
         return None
     arch = spec.arch
     quant = quantization if quantization and quantization != "None" else arch.quantization
-    size = memory.weight_bytes(arch, memory.resolve_dtype_bytes(arch, dtype), quant,
+    size = weights.weight_bytes(arch, weights.resolve_dtype_bytes(arch, dtype), quant,
                                arch.quant_bits if quant == arch.quantization else None)
     return round(size / memory.GIB, 2)
 
