@@ -30,8 +30,9 @@ from typing import Any
 
 import yaml
 
+from diagnoser.vllm import kvcache, profiling, releases, sizing
 from diagnoser.vllm import memory as mem
-from diagnoser.vllm import releases, sizing
+from diagnoser.vllm.archspec import ArchSpec
 from diagnoser.vllm.modelspec import load_gpu, load_model
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "startup_measurements.yaml"
@@ -118,7 +119,7 @@ def _non_torch_single(pair: dict[str, Any], res: sizing.PlanResult) -> float | N
 def _non_torch_multi(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
     m, inp = pair["measured"], res.inp
     if "non_torch_gib" not in m or inp.tensor_parallel_size <= 1 or inp.custom_all_reduce is False or \
-            mem.NO_P2P_GPUS.search(inp.gpu_name or ""):
+            profiling.NO_P2P_GPUS.search(inp.gpu_name or ""):
         return None
     return float(m["non_torch_gib"]) - float(releases.default("non_torch_single_gib", inp.version))
 
@@ -127,7 +128,7 @@ def _sampler(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
     m, inp = pair["measured"], res.inp
     if "activation_peak_gib" not in m:
         return None
-    forward = mem.activation_bytes(inp.arch, res.max_num_batched_tokens, res.max_num_seqs,
+    forward = profiling.activation_bytes(inp.arch, res.max_num_batched_tokens, res.max_num_seqs,
                                    inp.tensor_parallel_size, res.model_dtype_bytes, sampler=False)
     peak = float(m["activation_peak_gib"]) * mem.GIB
     rows = res.max_num_seqs * inp.arch.vocab_size
@@ -236,7 +237,7 @@ def llmd_activation_gib(res: sizing.PlanResult) -> float:
     return 5.5
 
 
-def seed_activation(arch: mem.ArchSpec, batched: int, seqs: int, tp: int, act_bytes: float) -> float:
+def seed_activation(arch: ArchSpec, batched: int, seqs: int, tp: int, act_bytes: float) -> float:
     """The seed's activation rule, frozen: a forward pass of batched tokens x (3 x intermediate / TP + 4 x
     hidden) (MoE: the routed experts' share), or the sampler at 39 bytes per logit, whichever is larger."""
     h = arch.hidden_size
@@ -269,7 +270,7 @@ def _row(pair: dict[str, Any], estimates: dict[str, float], res: sizing.PlanResu
     row: dict[str, Any] = {"id": pair["id"], "new": bool(pair.get("new")), "estimates": {}, "errors": {}}
     for name, kv_bytes in estimates.items():
         if "kv_cache_tokens" in measured:
-            est: float = float(mem.kv_cache_tokens(kv_bytes, res.kv_bytes_per_token, res.inp.block_size))
+            est: float = float(kvcache.kv_cache_tokens(kv_bytes, res.kv_bytes_per_token, res.inp.block_size))
             row["unit"], row["measured"] = "tokens", float(measured["kv_cache_tokens"])
         else:
             est = kv_bytes / mem.GIB
@@ -323,7 +324,7 @@ def token_errors(data: dict[str, Any]) -> list[tuple[str, float, float, float, f
         inp = sizing.with_changes(plan_input(pair["config"]), kv_cache_bytes=float(m["kv_cache_gib"]) * mem.GIB)
         res = sizing.plan_memory(inp)
         printed = float(m["kv_cache_tokens"])
-        naive = mem.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
+        naive = kvcache.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
         out.append((pair["id"], float(res.kv_cache_tokens), printed, rel(res.kv_cache_tokens, printed),
                     rel(naive, printed)))
     return out
