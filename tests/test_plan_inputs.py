@@ -48,14 +48,21 @@ def test_a_release_number_with_a_suffix_is_accepted():
 
 
 def test_a_quantization_fix_points_at_a_checkpoint_never_adds_the_flag():
-    out = plan("--model", "llama-3.1-70b", "--gpu", "H100", "--max-model-len", "4096", "--format", "json")
+    # Llama-3.1-405B on 4 x H100: neither fp8 weights nor more of the same GPUs are in the table; a 4-bit checkpoint is
+    args = ("--model", "llama-3.1-405b", "--gpu", "H100", "-tp", "4", "--max-model-len", "4096")
+    out = plan(*args, "--format", "json")
     data = json.loads(out.stdout)
     assert data["quantization"] is None            # a bf16 checkpoint
     assert data["command"] is None                 # the same command again would fail the same way
     assert "-AWQ" in data["command_note"] and "GPTQ" in data["command_note"]
     assert "--quantization awq" not in out.stdout
-    text = plan("--model", "llama-3.1-70b", "--gpu", "H100", "--max-model-len", "4096").stdout
+    text = plan(*args).stdout
     assert "No command line change is enough: load a 4-bit checkpoint" in text and "--quantization awq" not in text
+    # where vLLM's own fp8 quantization of the 16-bit checkpoint is enough (Llama-3.1-70B on one H100), that flag is
+    # the fix: a smaller change than another checkpoint or a second GPU
+    data = json.loads(plan("--model", "llama-3.1-70b", "--gpu", "H100", "--max-model-len", "4096",
+                           "--format", "json").stdout)
+    assert data["command"].endswith("--quantization fp8") and "--quantization awq" not in data["command"]
 
 
 def test_the_log_budget_table_adds_up_with_an_unaccounted_row():

@@ -114,8 +114,11 @@ def test_v1_falls_back_to_v0_below_compute_capability_8():
     later = run_json(["--gpu", "T4", "--vllm-version", "0.10.2", "--model", "qwen2.5-1.5b", "--max-model-len", "4096",
                       "--dtype", "half"])
     assert later["engine"] == "V1"
-    # the cache the T4 gets on V0 is larger: no 1024-row sampler in the profiled peak
-    assert t4["kv_cache_bytes"] > l4["kv_cache_bytes"] * (14.58 / 22.06) * 1.2
+    # VLLM_USE_V1=1 keeps V1 (1024 rows of sampler in the profiled peak): V0's cache is gigabytes larger
+    forced = run_json(["--gpu", "T4", "--vllm-version", "0.8.2", "--dtype", "half", "--", "VLLM_USE_V1=1", "vllm",
+                       "serve", "Qwen/Qwen2.5-1.5B-Instruct", "--max-model-len", "4096"])
+    assert forced["engine"] == "V1" and forced["max_num_seqs"] == 1024
+    assert t4["kv_cache_bytes"] - forced["kv_cache_bytes"] > 3 * GIB
 
 
 def test_engine_choice_is_one_function_with_its_reason():
