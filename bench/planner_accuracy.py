@@ -57,7 +57,7 @@ def plan_input(config: dict[str, Any], coefficients: dict[str, float] | None = N
     extra: dict[str, Any] = {}
     if coefficients:
         extra["coefficients"] = dict(coefficients)
-    for key in ("entry", "compute_capability", "enforce_eager"):
+    for key in ("entry", "compute_capability", "enforce_eager", "block_size", "enable_chunked_prefill"):
         if config.get(key) is not None:
             extra[key] = float(config[key]) if key == "compute_capability" else config[key]
     return sizing.PlanInput(
@@ -107,7 +107,9 @@ class Fitted:
     implied: Callable[[dict[str, Any], sizing.PlanResult], float | None]
 
     def covers(self, pair: dict[str, Any], res: sizing.PlanResult) -> bool:
-        return _in_domain(res.inp.version, self.since, self.until) and \
+        """This entry is the one releases.yaml applies to the start-up (its release, engine and model runner)."""
+        applied = releases.default_entry(self.setting, res.inp.version, engine=res.engine, runner=res.model_runner)
+        return applied.since == self.since and _in_domain(res.inp.version, self.since, self.until) and \
             (self.runner is None or res.model_runner == self.runner)
 
 
@@ -372,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['id']:{width}s} {r['unit']:>6s} {fmt(r['measured']):>11s} {cells}")
     for name, (med, p90, worst) in kv_summary(rows).items():
         print(f"KV cache, {name:9s} over {len(rows)} pairs: median error {med:.1%}, p90 {p90:.1%}, worst {worst:.1%}")
+    for label, subset in (("pairs the coefficients were read off", [r for r in rows if not r["new"]]),
+                          ("pairs added in issue 26", [r for r in rows if r["new"]])):
+        if subset:
+            med, p90, worst = summary([r["errors"]["planner"] for r in subset])
+            print(f"KV cache, planner   in sample over the {len(subset)} {label}: median error {med:.1%}, "
+                  f"p90 {p90:.1%}, worst {worst:.1%}")
     loso = loso_errors(data)
     for label, subset in (("every pair", loso), ("pairs added in issue 26 (never fitted on)",
                                                  [r for r in loso if r["new"]])):

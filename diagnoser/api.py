@@ -131,19 +131,21 @@ class Plan:
 
 def plan(model: str | None = None, *, gpu: str | None = None, gpu_memory: str | float | None = None,
          command: str | Sequence[str] | None = None, log: str | os.PathLike[str] | None = None,
-         vllm_version: str = "latest", gpu_memory_utilization: float | None = None,
+         vllm_version: str | None = None, gpu_memory_utilization: float | None = None,
          max_model_len: int | str | None = None, kv_cache_dtype: str | None = None, dtype: str | None = None,
          quantization: str | None = None, tensor_parallel_size: int | None = None,
          pipeline_parallel_size: int | None = None, max_num_seqs: int | None = None,
          max_num_batched_tokens: int | None = None, enforce_eager: bool | None = None,
          weights: str | float | None = None, overhead: str | float | None = None,
-         min_concurrency: float | None = None) -> Plan:
+         min_concurrency: float | None = None, entry: str = "serve") -> Plan:
     """Predict whether a vLLM configuration starts, as `vllm-doctor plan` does, and return the Plan.
 
     `model` is a preset name, a Hugging Face repo id or a config.json path; `gpu` a preset name, or
     `gpu_memory` a size ("24GiB", "80GB"; a number is GiB). `command` is a whole `vllm serve ...` command
     line (a string or its tokens). Keyword names and defaults are vLLM's flags with underscores.
-    Sizes (weights, overhead) take the same spellings as the command line.
+    Sizes (weights, overhead) take the same spellings as the command line. Without `vllm_version` (and no log
+    naming one) the plan is for the newest release and its notes give the range over the releases the model runs
+    on; `entry` is 'serve' (`vllm serve`) or 'llm' (the Python LLM class, whose batch defaults differ).
     """
     # the planner module by its import path: `from . import plan` would give this function (see __init__)
     planner = import_module(f"{__package__}.plan")
@@ -158,7 +160,7 @@ def plan(model: str | None = None, *, gpu: str | None = None, gpu_memory: str | 
         "enforce_eager": enforce_eager, "weights": None if weights is None else str(weights),
         "overhead": None if overhead is None else str(overhead), "vllm_version": vllm_version,
         "log_path": None if log is None else os.fspath(log), "fmt": "text", "check": False,
-        "min_concurrency": min_concurrency, "from_file": False, "command": (),
+        "min_concurrency": min_concurrency, "from_file": False, "command": (), "entry": entry,
     }
     tokens = shlex.split(command) if isinstance(command, str) else list(command or ())
     if tokens and tokens[0] == "--":

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diagnoser.cli.main import plan_command
+from diagnoser.cli.plan import plan_command
 from diagnoser.launch import image_version
 from diagnoser.vllm import releases, versions
 

@@ -23,8 +23,18 @@ from diagnoser.ingest.dense import ShapeCache, ShapePlans
 from diagnoser.ingest.keywords import KeywordIndex
 from diagnoser.ingest.line import Line
 from diagnoser.vllm import serve_args
-from diagnoser.vllm.releases import default, engine_for, parse_version
+from diagnoser.vllm.releases import default, engine_choice, parse_version
 from diagnoser.vllm.stages import coarse, order
+
+
+def _compute_capability(gpu_name: str | None) -> float | None:
+    """The logged GPU's compute capability (what decides V1's fallback to V0 in 0.8-0.10.1); the presets are read
+    only when a log names a GPU."""
+    if not gpu_name:
+        return None
+    from diagnoser.vllm.modelspec import compute_capability_of
+
+    return compute_capability_of(gpu_name)
 
 #: Frames that only say "inside the engine's start-up" (data/landmarks.yaml frames.engine_init)
 WEAK_FRAME_STAGE = "engine_init"
@@ -416,7 +426,7 @@ class Tracker:
         v = parse_version(ctx.version)
         if default("v1_only", v):
             ctx.engine = "V1"
-        elif engine_for(v) == "V0":
+        elif engine_choice(v, compute_capability=_compute_capability(ctx.gpu_name)).engine == "V0":
             ctx.engine = "V0"
 
     def finish(self) -> Context:

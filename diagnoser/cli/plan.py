@@ -52,9 +52,13 @@ def plan_command() -> click.Command:
                   "(8GiB); the utilization share no longer caps it.")
     @click.option("--weights", help="Weight memory per GPU (replaces the estimate), e.g. 16GB.")
     @click.option("--overhead", help="Activations + CUDA graphs + non-torch memory (replaces the estimate).")
-    @click.option("--vllm-version", default="latest", show_default=True,
-                  help="Release whose defaults and formulas to use (e.g. 0.7.3); a list (0.7.3,0.8.2) plans each "
-                  "release side by side with what moved and the fix.")
+    @click.option("--vllm-version", default=None,
+                  help="Release whose defaults and formulas to use (e.g. 0.7.3, v0.10.1.1 or what a build prints, "
+                  "0.26.1rc1.dev156+g0eec856cc); a list (0.7.3,0.8.2) plans each release side by side with what "
+                  "moved and the fix; latest: the newest. Default: the image tag or log when there is one, else the "
+                  "range of releases the configuration could run on (the newest in full).")
+    @click.option("--entry", type=click.Choice(["serve", "llm"]), default="serve", show_default=True,
+                  help="How vLLM is started: `vllm serve` or the Python LLM class (its batch defaults differ).")
     @click.option("--log", "log_path", type=click.Path(dir_okay=False), help="A startup log: its measured numbers "
                   "replace the estimates.")
     @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)

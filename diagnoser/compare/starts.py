@@ -49,7 +49,7 @@ def start_from_report(report: Report, gpu_total_gib: float | None = None, gpu_na
     # defaults, and nothing is concluded from them
     stand_in = LAST_V0 if ctx.engine == "V0" else rel.latest()
     version = stand_in if assumed else rel.parse_version(ctx.version)
-    engine = rel.engine_for(version, ctx.engine)
+    engine = rel.engine_choice(version, explicit=ctx.engine).engine
     failed, failure, facts = _failure(report.findings)
     b: dict[str, Figure] = {}
 
@@ -135,7 +135,7 @@ def start_from_plan(planned: Any, label: str) -> Start:
     inp = res.inp
     total = inp.gpu_bytes / mem.GIB
     version = inp.version
-    engine = rel.engine_for(version, inp.engine)
+    engine = res.engine
     src = "estimated"
     b = {
         "gpu_total_gib": Figure(total, "log"),
@@ -156,7 +156,7 @@ def start_from_plan(planned: Any, label: str) -> Start:
     explicit = {"gpu_memory_utilization": inp.gpu_memory_utilization, "max_num_seqs": inp.max_num_seqs,
                 "max_num_batched_tokens": inp.max_num_batched_tokens}
     settings = rel.effective_settings(version, engine=engine, gpu_gib=total, gpu_name=inp.gpu_name,
-                                      max_model_len=res.max_model_len, explicit=explicit)
+                                      max_model_len=res.max_model_len, explicit=explicit, entry_point=inp.entry)
     if inp.enforce_eager:
         settings["cudagraph_capture_sizes"] = {"value": [], "source": "explicit"}
     return Start(input=label, version=version, engine=engine, failed=not planned.verdict.starts,

@@ -7,10 +7,10 @@ import re
 import shlex
 
 from diagnoser.launch.shell import LaunchFileError
+from diagnoser.vllm import versions
 
 PIN_KEYS = ("gpu", "gpu-memory", "model", "vllm-version")
 PIN_RE = re.compile(r"(?:^|\s)#\s*vllm-doctor:\s*(.*?)\s*$")
-_RELEASE_TAG = re.compile(r":v?(\d+\.\d+(?:\.\d+)?)(?:[-+@].*)?$")
 
 
 def parse_pins(text: str) -> tuple[dict[str, str], bool]:
@@ -58,7 +58,13 @@ def image_version(image: str) -> str | None:
     >>> image_version("vllm/vllm-openai:v0.8.5"), image_version("vllm/vllm-openai:latest")
     ('0.8.5', None)
     """
-    if not image or not vllm_image(image.rsplit(":", 1)[0]):
+    named = (image or "").split("@", 1)[0]
+    last = named.rsplit("/", 1)[-1]
+    if ":" not in last or not vllm_image(named.rsplit(":", 1)[0]):
         return None
-    m = _RELEASE_TAG.search(image)
-    return m.group(1) if m else None
+    ref = versions.parse_image_tag(last.rsplit(":", 1)[1])
+    if ref is None:
+        return None
+    # the release as vLLM prints it (v0.10.1.1 -> 0.10.1.1); a build variant after a dash (-cu128) is not part of it
+    text = ref.text[1:] if ref.text[:1] in "vV" else ref.text
+    return text.split("-", 1)[0] if ref.local and "-" in text else text

@@ -14,7 +14,7 @@ from diagnoser.plan.verdict import Verdict
 from diagnoser.vllm import kvcache, sizing, weights
 from diagnoser.vllm import memory as mem
 from diagnoser.vllm.modelspec import GpuSpec, ModelSpec
-from diagnoser.vllm.releases import Version, engine_for, version_str
+from diagnoser.vllm.releases import Version, version_str
 
 
 def _template() -> jinja2.Template:
@@ -111,7 +111,7 @@ def assumptions_for(spec: ModelSpec, gpu: GpuSpec, res: sizing.PlanResult, got: 
     v, a = inp.version, inp.arch
     out = [f"model: {spec.source}", f"GPU: {gpu.name}, {gpu.memory_bytes / mem.GIB:.2f} GiB as vLLM sees it"
            + (f" ({gpu.basis})" if gpu.basis else ""),
-           f"vLLM {version_str(v)} ({engine_for(v, inp.engine)} engine) defaults and formulas; "
+           f"vLLM {version_str(v)} ({res.engine} engine) defaults and formulas; "
            f"budget = GPU memory x {res.gpu_memory_utilization:g}, KV room = budget - weights - overhead",
            SIZE_NOTE]
     if got["max_model_len"] in (None, -1):

@@ -126,7 +126,7 @@ class FileRun:
     def plan_launch(self, label: str, where: dict[str, Any], fopts: dict[str, Any], launch: Any) -> None:
         """One launch: planned (the image's release when none is asked for), refused by vLLM, or an error."""
         notes = list(launch.notes)
-        if launch.image_version and fopts["vllm_version"] == "latest":
+        if launch.image_version and fopts["vllm_version"] in (None, "latest"):
             fopts = {**fopts, "vllm_version": launch.image_version}
             notes.append(f"planned for vLLM {launch.image_version}, the release of the image {launch.image}")
         try:

@@ -30,6 +30,7 @@ from diagnoser.plan.resolve import (
     resolve,
     resolve_gpu,
 )
+from diagnoser.plan.span import release_span
 from diagnoser.plan.verdict import Verdict, suggest_changes, verdict_for
 from diagnoser.vllm import memory as mem
 from diagnoser.vllm import releases, serve_args, sizing
@@ -105,7 +106,7 @@ def _settings_from(inp: sizing.PlanInput, opts: dict[str, Any]) -> dict[str, Any
 
 
 def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.ServeArgs,
-                version: Version) -> sizing.PlanInput:
+                version: Version, entry: str = "serve") -> sizing.PlanInput:
     """The memory model's input from the resolved settings (vLLM's 'auto' length: None + max_model_len_auto)."""
     max_len = check_max_len(got["max_model_len"])
     auto_len = max_len == -1 and got.came_from("max_model_len") != LOG
@@ -119,6 +120,7 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.Se
     if quant and spec.arch.quantization and quant != spec.arch.quantization:
         spec.notes.append(f"--quantization {quant} replaces the checkpoint's {spec.arch.quantization}")
     kv_fixed = got.came_from("kv_cache") in (COMMAND, OPTION)
+    cc = gpu.compute_capability
     return sizing.PlanInput(
         arch=spec.arch, gpu_bytes=gpu.memory_bytes, gpu_name=gpu.name, gpu_memory_utilization=util,
         max_model_len=max_len, kv_cache_dtype=got["kv_cache_dtype"], dtype=got["dtype"], quantization=quant,
@@ -127,7 +129,9 @@ def _plan_input(spec: ModelSpec, gpu: GpuSpec, got: Resolved, cmd: serve_args.Se
         max_num_seqs=got["max_num_seqs"], max_num_batched_tokens=got["max_num_batched_tokens"],
         enforce_eager=got["enforce_eager"], weights=got["weights"], overhead=got["overhead"],
         kv_cache_bytes=got["kv_cache"], kv_cache_fixed=kv_fixed, cpu_offload_bytes=got["cpu_offload"] or 0.0,
-        version=version, engine=got["engine"], **sizing.serve_extras(cmd.values(), cmd.env, auto_len),
+        version=version, engine=got["engine"], entry=entry,
+        compute_capability=float(cc) if cc and gpu.platform == "cuda" else None, use_v1=cmd.env.get("VLLM_USE_V1"),
+        **sizing.serve_extras(cmd.values(), cmd.env, auto_len),
     )
 
 
@@ -163,7 +167,7 @@ def _data(spec: ModelSpec, gpu: GpuSpec, res: sizing.PlanResult, verdict: Verdic
     return {
         "model": spec.arch.name, "model_source": spec.source, "gpu": gpu.name,
         "gpu_memory_bytes": int(gpu.memory_bytes), "vllm_version": version_str(inp.version),
-        "engine": releases.engine_for(inp.version, inp.engine),
+        "engine": res.engine,
         "gpu_memory_utilization": res.gpu_memory_utilization, "max_model_len": res.max_model_len,
         "tensor_parallel_size": inp.tensor_parallel_size, "pipeline_parallel_size": inp.pipeline_parallel_size,
         "kv_cache_dtype": inp.kv_cache_dtype, "dtype": inp.dtype,
@@ -187,19 +191,26 @@ def _data(spec: ModelSpec, gpu: GpuSpec, res: sizing.PlanResult, verdict: Verdic
 
 def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequence[str] = ()) -> Planned:
     """Plan one configuration: the planner's options, and a `vllm serve ...` command line (may be empty)."""
-    version = releases.parse_release(opts["vllm_version"])
+    asked = str(opts["vllm_version"] or "latest")
+    version = releases.parse_release(asked)
+    version_notes = [n for n in [releases.release_note(asked)] if n]
     cmd, cmd_notes = read_command(tokens, version) if tokens else (serve_args.ServeArgs(), [])
     ctx = log_context(opts["log_path"]) if opts["log_path"] else None
-    if ctx is not None and opts["vllm_version"] == "latest" and ctx.version:
+    if ctx is not None and asked == "latest" and ctx.version:
         version = releases.parse_version(ctx.version)
+        version_notes = [n for n in [releases.release_note(ctx.version)] if n]
+    unknown = opts.get("vllm_version") is None and not (ctx is not None and ctx.version)
     got = resolve(opts, cmd, ctx, version)
     if not got["model"]:
         raise MissingInput(NO_MODEL)
     spec = load_model(str(got["model"]))
     check_arch(spec, str(got["model"]))
     gpu, got.sources["gpu"] = resolve_gpu(opts, ctx)
-    inp = _plan_input(spec, gpu, got, cmd, version)
+    inp = _plan_input(spec, gpu, got, cmd, version, opts.get("entry") or "serve")
     res = sizing.plan_memory(inp)
+    span = release_span(inp) if unknown else None
+    if span is not None:
+        version_notes.append(span.sentence())
     for key in ("weights", "overhead", "kv_cache"):    # the figure memory.py was given came from the log
         if got.came_from(key) == LOG:
             res.sources[key] = "measured (log)"
@@ -215,7 +226,8 @@ def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequen
     data = {**_data(spec, gpu, res, verdict, min_conc, ok), "measured": _measured(ctx),
             "assumptions": assumptions_for(spec, gpu, res, got), "what_if": rows,
             "lengths": sizing.length_table(inp, res), "command": rendered.text, "command_note": fix_note,
-            "notes": [*extra_notes, *cmd_notes, *spec.notes, *rendered.notes]}
+            "notes": [*extra_notes, *version_notes, *cmd_notes, *spec.notes, *rendered.notes],
+            **({"release_range": span.as_json()} if span is not None else {})}
     text = render_text(data, res, spec, gpu, verdict) if opts["fmt"] != "json" else ""
     return Planned(data, text, ok, verdict, res)
 

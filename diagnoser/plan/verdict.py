@@ -10,7 +10,7 @@ from typing import Any
 from diagnoser.vllm import kvcache, sizing
 from diagnoser.vllm import memory as mem
 from diagnoser.vllm.modelspec import GpuSpec
-from diagnoser.vllm.releases import Version, default, engine_for, parse_version
+from diagnoser.vllm.releases import Version, default, parse_version
 
 
 @dataclass
@@ -45,7 +45,7 @@ def kv_message(res: sizing.PlanResult, v: Version) -> str:
     est = kvcache.max_model_len_for(res.inp.arch, avail, ml, tp=res.inp.tensor_parallel_size,
                                 pp=res.inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
                                 max_num_batched_tokens=res.max_num_batched_tokens)
-    if engine_for(v, res.inp.engine) == "V0":
+    if res.engine == "V0":
         return (f"ValueError: The model's max seq len ({ml}) is larger than the maximum number of tokens that "
                 f"can be stored in KV cache ({res.kv_cache_tokens}). Try increasing `gpu_memory_utilization` "
                 f"or decreasing `max_model_len` when initializing the engine.")
@@ -169,10 +169,13 @@ def _shorter_length(res: sizing.PlanResult, verdict: Verdict, want: float) -> Su
 
 
 def _what_if_fix(rows: list[dict[str, Any]], want: float) -> Suggestion | None:
-    """The first what-if row that fits `want` requests: its flags, or the note on a 4-bit checkpoint."""
-    for row in rows:
-        if row["fits"] and row["max_concurrency"] >= want and row.get("flags"):
-            return dict(row["flags"]), f"what-if '{row['label']}'"
-        if row["fits"] and row["max_concurrency"] >= want and row["label"].startswith("4-bit"):
-            return {}, QUANTIZED_CHECKPOINT_NOTE
+    """The smallest change the what-if table shows starting with `want` requests: a flag first (the rows'
+    change_size order), the note on a 4-bit checkpoint only when no flag is enough."""
+    working = sorted((r for r in rows[1:] if r["fits"] and r["max_concurrency"] >= want),
+                     key=lambda r: r.get("change_size", 0))
+    for row in working:
+        if row.get("flags"):
+            return dict(row["flags"]), f"what-if '{row['label']}', the smallest change in the table that starts"
+    if any(r["label"].startswith("4-bit") for r in working):
+        return {}, QUANTIZED_CHECKPOINT_NOTE
     return None

@@ -428,6 +428,34 @@ def load_gpu(name: str) -> GpuSpec:
                     " Or give the size with --gpu-memory (e.g. 24GiB).")
 
 
+#: Compute capability of GPU families a log names but the presets lack (NVIDIA's CUDA GPUs table): what decides
+#: V1's fallback to V0 (below 8.0) and bfloat16 (8.0+).
+_FAMILY_CC = ((r"\bT4\b|RTX ?20[6-8]0|TITAN RTX|Quadro RTX|GTX 16[56]0", 7.5), (r"V100|TITAN V\b", 7.0),
+              (r"P100", 6.0), (r"P40|P4\b|GTX 10[5-8]0|TITAN X", 6.1), (r"A100|A30\b", 8.0),
+              (r"RTX 30[5-9]0|A10G?\b|A40\b|A[2-6]000\b|A16\b", 8.6), (r"L4\b|L40|RTX 40[5-9]0|Ada", 8.9),
+              (r"H100|H200|H20\b|GH200", 9.0), (r"B200|GB200|B300", 10.0), (r"RTX 50[5-9]0|PRO 6000|Blackwell", 12.0))
+
+
+def compute_capability_of(name: str | None) -> float | None:
+    """A GPU's compute capability from its name as a preset or a log prints it; None when unknown.
+
+    >>> [compute_capability_of(n) for n in ("Tesla T4", "NVIDIA GeForce RTX 2080 Ti", "x")]
+    [7.5, 7.5, None]
+    """
+    if not name:
+        return None
+    try:
+        cc = load_gpu(name).compute_capability
+        if cc:
+            return float(cc)
+    except SpecError:
+        pass
+    for pattern, cc_value in _FAMILY_CC:
+        if re.search(pattern, name, re.IGNORECASE):
+            return cc_value
+    return None
+
+
 def unknown_message(kind: str, name: str, candidates: list[str], shown: list[str] | None = None) -> str:
     """'unknown model 'x'. Closest: a, b, c. Known: ...'."""
     from rapidfuzz import fuzz, process

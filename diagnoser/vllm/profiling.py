@@ -33,8 +33,8 @@ def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: 
     """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
     tokens (MLP gate/up output and activation, `mlp_matrices` x intermediate per rank, plus three hidden-size
     buffers: residual, normed input and the layer output) and the sampler over max_num_seqs rows of the
-    vocabulary (`bytes_per_logit` each). `sampler=False` leaves the sampler out: V0's chunked-prefill
-    profiling run shows no sampler peak in published logs.
+    vocabulary (`bytes_per_logit` each; V0 samples profiled_sequences of them). `sampler=False` leaves the
+    sampler out.
 
     >>> a = ArchSpec("t", layers=2, hidden_size=1024, num_attention_heads=8, num_key_value_heads=8,
     ...              intermediate_size=4096, vocab_size=1000)
@@ -52,6 +52,21 @@ def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: 
     forward = max_num_batched_tokens * per_token * act_bytes
     sampled = max_num_seqs * arch.vocab_size * bytes_per_logit if sampler else 0
     return int(max(forward, sampled))
+
+
+def profiled_sequences(engine: str, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """Rows of vocabulary the profiling run samples. V1 samples max_num_seqs dummy rows (_dummy_sampler_run). V0
+    splits max_num_batched_tokens over max_num_seqs dummy sequence groups, at least one token each, and samples
+    every group (vllm/worker/model_runner.py profile_run), chunked prefill or not: with max_model_len 105,088
+    (chunked, 512 tokens) a GTX 1080's Llama-3.2-1B peaked at 1.17 GiB = 256 x 128,256 logits x 39 bytes
+    (0.6.4.post1), and Qwen3-30B-A3B at TP 4 with 4,096 chunked tokens at 1.40 GiB = 256 x 151,936 x 39 (0.8.5).
+
+    >>> profiled_sequences("V1", 1024, 512), profiled_sequences("V0", 256, 512), profiled_sequences("V0", 256, 100)
+    (1024, 256, 100)
+    """
+    if engine == "V0":
+        return max(1, min(max_num_seqs, max_num_batched_tokens))
+    return max_num_seqs
 
 
 def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "", single: float = NON_TORCH_SINGLE,

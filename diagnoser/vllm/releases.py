@@ -13,10 +13,9 @@ from typing import Any
 
 from diagnoser import datafiles
 from diagnoser.errors import UsageError
+from diagnoser.vllm import versions
 
 Version = tuple[int, int, int]
-
-_VERSION = re.compile(r"v?\d+(?:\.\d+){0,3}(?:[.\-]?(?:post|rc|dev|a|b)\d*)?(?:\+[\w.]+)?")
 
 
 def parse_version(version: str | tuple[int, ...] | None) -> Version:
@@ -36,13 +35,34 @@ def parse_version(version: str | tuple[int, ...] | None) -> Version:
 
 
 def parse_release(text: str) -> Version:
-    """A release a user typed (`--vllm-version 0.8.2`): strict; UsageError naming what to write otherwise."""
+    """A release a user typed (`--vllm-version 0.8.2`, or what a build prints: `0.26.1rc1.dev156+g0eec856cc`,
+    `v0.10.1.1`, `0.10.1+cu128`): the release whose data applies (release_note says why, in words); UsageError
+    naming what to write for anything that is not a version."""
     text = str(text).strip()
     if text == "latest":
         return latest()
-    if not _VERSION.fullmatch(text):
-        raise UsageError(f"--vllm-version {text!r}: not a vLLM release (write 0.8.5, 0.10.1.1 or latest)")
-    return parse_version(text)
+    ref = versions.parse(text)
+    if ref is None:
+        raise UsageError(f"--vllm-version {text!r}: not a vLLM release (write 0.8.5, 0.10.1.1, "
+                         "0.26.1rc1.dev156+g0eec856cc or latest)")
+    return ref.release
+
+
+def release_note(text: str) -> str:
+    """Why the data of another release stands for `text`, in words ('' when it is a release the data knows).
+
+    >>> release_note("0.8.5"), release_note("v0.10.1.1")
+    ('', "0.10.1.1 is a patch of 0.10.1: planned with 0.10.1's defaults")
+    """
+    ref = versions.parse(str(text).strip())
+    if ref is None:
+        return ""
+    notes = [ref.note()] if ref.note() else []
+    if ref.release > latest():
+        notes.append(f"vLLM {ref.release_str} is newer than the releases this planner has data for (up to "
+                     f"{version_str(latest())}): planned with {version_str(latest())}'s defaults, which may have "
+                     "changed since")
+    return "; ".join(notes)
 
 
 def version_str(version: Version) -> str:
@@ -62,6 +82,7 @@ class Entry:
     floor_len: bool = False
     source: str = ""
     runner: str | None = None
+    entry: str | None = None  # 'llm': only for the Python LLM class (UsageContext.LLM_CLASS)
 
 
 @dataclass(frozen=True)
@@ -84,7 +105,7 @@ def load() -> Releases:
         settings[name] = tuple(
             Entry(since=parse_version(str(e["since"])), value=e.get("value"), engine=e.get("engine"),
                   tier=e.get("tier"), chunked=e.get("chunked"), floor_len=bool(e.get("floor_len")),
-                  source=e.get("source", ""), runner=e.get("runner"))
+                  source=e.get("source", ""), runner=e.get("runner"), entry=e.get("entry"))
             for e in entries)
     tiers = {name: tuple({**r, "since": parse_version(str(r["since"]))} for r in rules)
              for name, rules in raw["tiers"].items()}
@@ -128,10 +149,56 @@ def gpu_tiers(version: Version, gpu_gib: float, gpu_name: str = "") -> frozenset
 
 
 def engine_for(version: Version, engine: str | None = None) -> str:
-    """The engine a release runs unless told otherwise: V0 through 0.7.3, V1 from 0.8.0."""
+    """The engine a release runs unless told otherwise: V0 through 0.7.3, V1 from 0.8.0 (engine_choice adds
+    what the GPU, the dtype and VLLM_USE_V1 change)."""
     if engine in ("V0", "V1"):
         return engine
     return str(_lookup("engine", version, None, frozenset({"small"}), False).value)
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine a start-up runs, and why, in words ('' when it is simply the release's default)."""
+
+    engine: str
+    reason: str = ""
+
+
+def engine_choice(version: Version, *, use_v1: str | None = None, compute_capability: float | None = None,
+                  dtype: str | None = None, explicit: str | None = None) -> EngineChoice:
+    """The engine vLLM `version` runs: its default (settings.engine), VLLM_USE_V1 where the release reads it
+    (settings.engine_env), and V1's fallback to V0 below compute capability 8.0 and for float32 in 0.8.0 ..
+    0.10.1.1 (settings.v1_min_compute_capability, v1_supports_fp32: EngineArgs._is_v1_supported_oracle). One
+    function for the planner, the log tracker and `compare`.
+
+    >>> [engine_choice(v, compute_capability=7.5).engine for v in ((0, 7, 3), (0, 8, 2), (0, 10, 2))]
+    ['V0', 'V0', 'V1']
+    >>> engine_choice((0, 11, 0), use_v1="0").reason
+    'VLLM_USE_V1=0 is not read from vLLM 0.11.0 (V0 is removed): V1'
+    """
+    if explicit in ("V0", "V1"):
+        return EngineChoice(explicit)
+    v = version_str(version)
+    if default("v1_only", version):
+        return EngineChoice("V1", f"VLLM_USE_V1=0 is not read from vLLM {version_str(_since('v1_only', version))} "
+                                  "(V0 is removed): V1" if use_v1 == "0" else "")
+    if use_v1 in ("0", "1") and default("engine_env", version):
+        return EngineChoice("V1" if use_v1 == "1" else "V0", f"VLLM_USE_V1={use_v1}")
+    base = engine_for(version)
+    if base != "V1":
+        return EngineChoice(base)
+    floor = default("v1_min_compute_capability", version)
+    if floor is not None and compute_capability is not None and compute_capability < float(floor):
+        return EngineChoice("V0", f"vLLM {v} falls back to V0 (XFormers) below compute capability {float(floor):g} "
+                                  f"(this GPU: {compute_capability:g})")
+    if str(dtype or "").replace("torch.", "") in ("float32", "float", "fp32") and \
+            not default("v1_supports_fp32", version):
+        return EngineChoice("V0", f"vLLM {v} falls back to V0 for --dtype float32")
+    return EngineChoice("V1")
+
+
+def _since(name: str, version: Version) -> Version:
+    return _lookup(name, version, None, frozenset({"small"}), False).since
 
 
 def is_chunked_v0(max_model_len: int, version: Version | None = None) -> bool:
@@ -144,17 +211,21 @@ def is_chunked_v0(max_model_len: int, version: Version | None = None) -> bool:
 
 
 def _lookup(name: str, version: Version, engine: str | None, tiers: frozenset[str], chunked: bool,
-            runner: str | None = None) -> Entry:
+            runner: str | None = None, entry: str = "serve") -> Entry:
     entries = load().settings[name]
     fits = [e for e in entries
             if (e.engine is None or e.engine == engine) and (e.tier is None or e.tier in tiers)
-            and (e.chunked is None or e.chunked == chunked) and (e.runner is None or e.runner == runner)]
+            and (e.chunked is None or e.chunked == chunked) and (e.runner is None or e.runner == runner)
+            and (e.entry is None or e.entry == entry)]
     if not fits:
         raise KeyError(f"releases.yaml: settings.{name}: no entry for engine {engine}")
     live = [e for e in fits if e.since <= version]
     if not live:
         return min(fits, key=lambda e: e.since)  # older than the data: the earliest known default
-    return max(live, key=lambda e: e.since)  # the newest applies; among equal releases, the first listed
+    # the newest applies; among equal releases one for this entry point beats one for both, else the first listed
+    newest = max(e.since for e in live)
+    same = [e for e in live if e.since == newest]
+    return next((e for e in same if e.entry == entry), same[0])
 
 
 @dataclass(frozen=True)
@@ -169,13 +240,17 @@ class Default:
 
 def default_entry(name: str, version: Version, *, engine: str | None = None, gpu_gib: float = 0.0,
                   gpu_name: str = "", max_model_len: int = 0, max_num_seqs: int | None = None,
-                  max_num_batched_tokens: int | None = None, runner: str | None = None) -> Default:
-    """The default `name` had for this release, engine, GPU and length (and, for the planner's coefficients,
-    model runner), with the release it changed in."""
+                  max_num_batched_tokens: int | None = None, runner: str | None = None,
+                  entry_point: str = "serve", chunked: bool | None = None) -> Default:
+    """The default `name` had for this release, engine, GPU, length and entry point ('serve' for `vllm serve`,
+    'llm' for the Python LLM class; and, for the planner's coefficients, model runner), with the release it
+    changed in. `chunked` says whether V0's chunked prefill is on when the command sets it."""
     engine = engine_for(version, engine)
     tiers = gpu_tiers(version, gpu_gib, gpu_name) if engine == "V1" else frozenset({"small"})
-    chunked = engine == "V0" and is_chunked_v0(max_model_len, version)
-    entry = _lookup(name, version, engine, tiers, chunked, runner)
+    if chunked is None:
+        chunked = is_chunked_v0(max_model_len, version)
+    chunked = engine == "V0" and chunked
+    entry = _lookup(name, version, engine, tiers, chunked, runner, entry_point)
     value = entry.value
     if entry.floor_len:
         value = max(int(value), int(max_model_len))
@@ -224,7 +299,8 @@ def capture_sizes(rule: dict[str, Any] | None, max_num_seqs: int, max_num_batche
 
 
 def effective_settings(version: Version, *, engine: str | None = None, gpu_gib: float = 0.0, gpu_name: str = "",
-                       max_model_len: int = 0, explicit: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+                       max_model_len: int = 0, explicit: dict[str, Any] | None = None,
+                       entry_point: str = "serve") -> dict[str, dict[str, Any]]:
     """The shown settings for one start: each with its value and whether the user set it or the release did.
 
     `explicit` holds what the command line or log set (vLLM's field names); a None there means "not set".
@@ -242,7 +318,7 @@ def effective_settings(version: Version, *, engine: str | None = None, gpu_gib: 
             continue
         d = default_entry(name, version, engine=engine, gpu_gib=gpu_gib, gpu_name=gpu_name,
                           max_model_len=max_model_len, max_num_seqs=explicit.get("max_num_seqs"),
-                          max_num_batched_tokens=explicit.get("max_num_batched_tokens"))
+                          max_num_batched_tokens=explicit.get("max_num_batched_tokens"), entry_point=entry_point)
         out[name] = {"value": d.value, "source": "default", "since": version_str(d.since)}
     return out
 

@@ -9,6 +9,7 @@ release to the arithmetic, and builds the planner's tables (what-if rows, length
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,7 +24,7 @@ from diagnoser.vllm.kvcache import (
     state_bytes_per_layer,
 )
 from diagnoser.vllm.memory import GIB, LEN_STEP, MIB, kv_value_bytes, round_down
-from diagnoser.vllm.profiling import activation_bytes, encoder_bytes, encoder_items
+from diagnoser.vllm.profiling import activation_bytes, encoder_bytes, encoder_items, profiled_sequences
 from diagnoser.vllm.weights import GGUF_BITS, quant_format, resolve_dtype_bytes, weight_bytes
 
 #: The release whose defaults the planner assumes when none is given.
@@ -36,6 +37,19 @@ STATE_NAMES = {"gated_delta_net": "Gated DeltaNet", "mamba1": "Mamba-1", "mamba2
 
 
 # --- coefficients and switches by release (data/releases.yaml) -------------------------------------------------
+
+def coefficient(name: str, version: Version, given: Mapping[str, float] | None = None, **where: Any) -> float:
+    """A planner coefficient of data/releases.yaml for a release, unless `given` replaces it by name (what
+    bench/planner_accuracy.py does to score a start-up with coefficients fitted without its source).
+
+    >>> given = {"non_torch_single_gib": 0.2}
+    >>> coefficient("non_torch_single_gib", (0, 7, 3)), coefficient("non_torch_single_gib", (0, 7, 3), given)
+    (0.1, 0.2)
+    """
+    if given and name in given:
+        return float(given[name])
+    return float(releases.default(name, version, **where))
+
 
 def graphs_budgeted(version: Version) -> bool:
     """From 0.20.0 vLLM subtracts its CUDA-graph estimate from the KV budget (D5); before, graphs are
@@ -60,7 +74,8 @@ def model_runner(arch: ArchSpec, version: Version, engine: str | None = None) ->
 
 
 def sampler_bytes_per_logit(version: Version, flashinfer: bool | None = None, engine: str | None = None,
-                            opt_in: bool | None = None, runner: str | None = None) -> float:
+                            opt_in: bool | None = None, runner: str | None = None,
+                            given: Mapping[str, float] | None = None) -> float:
     """Sampler working memory per logit in the profiling peak.
 
     FlashInfer's kernel samples when VLLM_USE_FLASHINFER_SAMPLER says so (`opt_in`), else when FlashInfer is
@@ -72,14 +87,15 @@ def sampler_bytes_per_logit(version: Version, flashinfer: bool | None = None, en
         flashinfer and bool(releases.default("flashinfer_sampler", version, engine=engine)))
     if on and releases.engine_for(version, engine) == "V1":
         return float(m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT)
-    return float(releases.default("sampler_bytes_per_logit", version, runner=runner))
+    return coefficient("sampler_bytes_per_logit", version, given, runner=runner)
 
 
-def non_torch_bytes(tp: int, pp: int, gpu_name: str, version: Version, custom_all_reduce: bool | None = None) -> int:
-    """profiling.non_torch_bytes with the single-rank and all-reduce figures of the release."""
+def non_torch_bytes(tp: int, pp: int, gpu_name: str, version: Version, custom_all_reduce: bool | None = None,
+                    given: Mapping[str, float] | None = None) -> int:
+    """profiling.non_torch_bytes with the single-rank and all-reduce figures of the release (or `given`)."""
     return profiling.non_torch_bytes(tp, pp, gpu_name,
-                                     single=float(releases.default("non_torch_single_gib", version)) * GIB,
-                                     multi=float(releases.default("non_torch_multi_gpu_gib", version)) * GIB,
+                                     single=coefficient("non_torch_single_gib", version, given) * GIB,
+                                     multi=coefficient("non_torch_multi_gpu_gib", version, given) * GIB,
                                      custom_all_reduce=custom_all_reduce)
 
 
@@ -93,12 +109,12 @@ def non_torch_rule(tp: int, version: Version) -> str:
 
 
 def cuda_graph_bytes(arch: ArchSpec, pp: int, enforce_eager: bool, version: Version, engine: str | None,
-                     runner: str | None = None) -> int:
+                     runner: str | None = None, given: Mapping[str, float] | None = None) -> int:
     """profiling.cuda_graph_bytes with the release's fixed and per-layer parts (FULL and PIECEWISE capture passes
     from 0.11 hold about three times the per-layer buffers; Model Runner V2 adds almost nothing to its peak)."""
     where = {"engine": engine, "runner": runner}
-    base = float(releases.default("cuda_graph_base_gib", version, **where)) * GIB
-    per_layer = float(releases.default("cuda_graph_per_layer_gib", version, **where)) * GIB
+    base = coefficient("cuda_graph_base_gib", version, given, **where) * GIB
+    per_layer = coefficient("cuda_graph_per_layer_gib", version, given, **where) * GIB
     return profiling.cuda_graph_bytes(arch, pp, enforce_eager, base=base, per_layer=per_layer)
 
 
@@ -143,6 +159,11 @@ class PlanInput:
     max_model_len_auto: bool = False        # --max-model-len auto / -1: vLLM picks the longest length that fits
     enable_prefix_caching: bool | None = None  # hybrids: on puts the state in 'align' mode, two pages a sequence
     mamba_ssm_cache_dtype: str | None = None   # --mamba-ssm-cache-dtype (None / 'auto': the model's own)
+    entry: str = "serve"                    # 'serve' (`vllm serve`) or 'llm' (the Python LLM class): batch defaults
+    compute_capability: float | None = None  # the GPU's (7.5 for a T4): V1 falls back to V0 below 8.0 in 0.8-0.10.1
+    use_v1: str | None = None               # VLLM_USE_V1 as the command sets it ('0' / '1'), read where vLLM reads it
+    enable_chunked_prefill: bool | None = None  # --enable-chunked-prefill (None: V0 turns it on above 32K tokens)
+    coefficients: dict[str, float] = field(default_factory=dict)  # replaces releases.yaml's fitted coefficients
 
 
 @dataclass
@@ -176,6 +197,14 @@ class PlanResult:
     sources: dict[str, str] = field(default_factory=dict)
     model_runner: str = "MRV1"  # the model runner whose coefficients apply (model_runner)
     sampler_bytes_per_logit: float = float(m.SAMPLER_BYTES_PER_LOGIT)  # the coefficient used
+    engine: str = "V1"          # the engine this start-up runs (engine_of)
+    engine_reason: str = ""     # why, when it is not the release's default engine
+
+
+def engine_of(inp: PlanInput) -> releases.EngineChoice:
+    """The engine `inp` runs: its release's, VLLM_USE_V1, the compute-capability and float32 fallbacks."""
+    return releases.engine_choice(inp.version, use_v1=inp.use_v1, compute_capability=inp.compute_capability,
+                                  dtype=inp.dtype, explicit=inp.engine)
 
 
 def plan_memory(inp: PlanInput) -> PlanResult:
@@ -185,7 +214,8 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     util = inp.gpu_memory_utilization if inp.gpu_memory_utilization is not None \
         else float(releases.default("gpu_memory_utilization", v))
     max_len = int(inp.max_model_len or arch.max_position_embeddings or 4096)
-    engine = releases.engine_for(v, inp.engine)
+    choice = engine_of(inp)
+    engine = choice.engine
     seqs, batched = _scheduler_limits(inp, engine, max_len)
     mdb = resolve_dtype_bytes(arch, inp.dtype)
     kvb = kv_value_bytes(inp.kv_cache_dtype, mdb)
@@ -194,11 +224,11 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     budget = inp.gpu_bytes * util
     weights = _weights_on_gpu(inp, mdb, quant, bits)
     runner = model_runner(arch, v, engine)
-    per_logit = sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler, runner)
+    per_logit = sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler, runner, inp.coefficients)
     hybrid = hybrid_layout(inp, engine, mdb, kvb)
-    act = _activation_peak(inp, engine, max_len, seqs, batched, mdb, per_logit, hybrid)
-    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
-    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine, runner))
+    act = _activation_peak(inp, engine, seqs, batched, mdb, per_logit, hybrid)
+    ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce, inp.coefficients))
+    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine, runner, inp.coefficients))
     in_budget = graphs_budgeted(v)
     sources["overhead"] = "given" if inp.overhead is not None else "estimated"
     overhead = float(inp.overhead) if inp.overhead is not None else act + ntm + (graphs if in_budget else 0.0)
@@ -226,16 +256,28 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         max_concurrency=conc, fits=fits, max_model_len_that_fits=round_down(fit_len) if fit_len >= LEN_STEP
         else fit_len, max_num_seqs=seqs, max_num_batched_tokens=batched,
         quant_format=quant_format(quant, bits), block_size=hybrid.block_size, state_pages=hybrid.state_pages,
-        sources=sources, model_runner=runner, sampler_bytes_per_logit=per_logit,
+        sources=sources, model_runner=runner, sampler_bytes_per_logit=per_logit, engine=engine,
+        engine_reason=choice.reason,
     )
 
 
+def v0_chunked(inp: PlanInput, engine: str, max_len: int) -> bool:
+    """V0's chunked prefill: as --enable-chunked-prefill sets it, else on above 32K tokens (settings.long_context)."""
+    if engine != "V0":
+        return False
+    if inp.enable_chunked_prefill is not None:
+        return inp.enable_chunked_prefill
+    return releases.is_chunked_v0(max_len, inp.version)
+
+
 def _scheduler_limits(inp: PlanInput, engine: str, max_len: int) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens): as given, else the release's defaults for this GPU and length."""
-    where = {"engine": engine, "gpu_gib": inp.gpu_bytes / GIB, "gpu_name": inp.gpu_name}
+    """(max_num_seqs, max_num_batched_tokens): as given, else the release's defaults for this GPU, length and entry
+    point (the LLM class takes larger chunks than `vllm serve`)."""
+    where = {"engine": engine, "gpu_gib": inp.gpu_bytes / GIB, "gpu_name": inp.gpu_name, "entry_point": inp.entry}
     seqs = inp.max_num_seqs or int(releases.default("max_num_seqs", inp.version, **where))
-    batched = inp.max_num_batched_tokens or int(releases.default("max_num_batched_tokens", inp.version,
-                                                                 max_model_len=max_len, **where))
+    batched = inp.max_num_batched_tokens or int(releases.default(
+        "max_num_batched_tokens", inp.version, max_model_len=max_len, chunked=v0_chunked(inp, engine, max_len),
+        **where))
     return seqs, batched
 
 
@@ -257,14 +299,14 @@ def _weights_on_gpu(inp: PlanInput, model_dtype_bytes: float, quant: str | None,
     return max(0.0, weights - inp.cpu_offload_bytes)
 
 
-def _activation_peak(inp: PlanInput, engine: str, max_len: int, seqs: int, batched: int, model_dtype_bytes: float,
+def _activation_peak(inp: PlanInput, engine: str, seqs: int, batched: int, model_dtype_bytes: float,
                      per_logit: float, hybrid: HybridLayout) -> float:
-    """The profiling run's PyTorch peak: the forward pass or the sampler (none in V0's chunked-prefill run), the
-    multimodal encoder when V1 profiles it, and the recurrent state V0 allocates outside the cache."""
-    arch, v = inp.arch, inp.version
+    """The profiling run's PyTorch peak: the forward pass or the sampler over the sequences it samples
+    (profiling.profiled_sequences), the multimodal encoder when V1 profiles it, and the recurrent state V0
+    allocates outside the cache."""
+    arch = inp.arch
     tp = max(1, inp.tensor_parallel_size)
-    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
-    act = float(activation_bytes(arch, batched, seqs, tp, model_dtype_bytes, sampler=not v0_chunked,
+    act = float(activation_bytes(arch, batched, profiled_sequences(engine, seqs, batched), tp, model_dtype_bytes,
                                  bytes_per_logit=per_logit))
     if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
         act = max(act, float(encoder_bytes(arch, batched, model_dtype_bytes)))
@@ -368,11 +410,36 @@ def vary(inp: PlanInput, **changes: Any) -> PlanResult:
     return plan_memory(with_changes(var, weights=weights, overhead=overhead, kv_cache_bytes=kv))
 
 
+#: How big a change each what-if row is, smallest first: the advice offers the smallest one the table shows
+#: starting (a flag on this GPU before another checkpoint, before more GPUs).
+CHANGE_SIZE = {"utilization": 1, "fp8 KV cache": 2, "kv-cache-memory-bytes": 3, "fp8 weights": 4, "TP=2": 5,
+               "TP=4": 6, "4-bit": 7}
+
+
+def change_size(label: str) -> int:
+    """The CHANGE_SIZE rank of a what-if row's label ('as planned' is 0).
+
+    >>> [change_size(x) for x in ("as planned", "fp8 KV cache", "TP=2 (2 GPUs)", "--gpu-memory-utilization 0.93")]
+    [0, 2, 5, 1]
+    """
+    return next((rank for key, rank in CHANGE_SIZE.items() if key in label), 0)
+
+
+def fp8_weights_possible(inp: PlanInput, res: PlanResult) -> bool:
+    """`--quantization fp8` on a 16-bit checkpoint: vLLM quantizes the linear layers to fp8 as it loads them,
+    natively on compute capability 8.9+ and weight-only (Marlin) on 8.0+ (vLLM's Fp8Config.get_min_capability,
+    80); not on older GPUs, and not on a checkpoint that is already quantized."""
+    cc = inp.compute_capability
+    return res.quant_format is None and res.model_dtype_bytes >= 2 and (cc is None or cc >= 8.0)
+
+
 def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
-    """The planner's what-if rows: fp8 KV cache, 4-bit weights, TP=2/4, utilization +0.03."""
+    """The planner's what-if rows: fp8 KV cache, fp8 weights, 4-bit weights, TP=2/4, utilization +0.03."""
     rows: list[tuple[str, dict[str, Any], dict[str, str | None]]] = [("as planned", {}, {})]
     if res.kv_value_bytes > 1:
         rows.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, {"--kv-cache-dtype": "fp8"}))
+    if fp8_weights_possible(inp, res):
+        rows.append(("fp8 weights (--quantization fp8)", {"quantization": "fp8"}, {"--quantization": "fp8"}))
     if res.quant_format not in ("int4", "mxfp4", "nvfp4", "nf4", "gguf"):
         # no flag: --quantization awq on a checkpoint that is not AWQ fails; the fix is another checkpoint
         rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4}, {}))
@@ -403,6 +470,7 @@ def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
             "label": label, "flags": flags, "kv_cache_bytes": int(r.kv_cache_bytes),
             "kv_cache_tokens": r.kv_cache_tokens, "max_concurrency": round(r.max_concurrency, 4), "fits": ok,
             "weights_bytes": int(r.weights_bytes), "max_model_len_that_fits": r.max_model_len_that_fits,
+            "change_size": change_size(label),
         })
     return out
 
@@ -470,6 +538,10 @@ def serve_extras(flags: dict[str, Any], env: dict[str, str], auto_len: bool = Fa
         out["custom_all_reduce"] = False
     if flags.get("--skip-mm-profiling"):
         out["skip_mm_profiling"] = True
+    if flags.get("--no-enable-chunked-prefill"):
+        out["enable_chunked_prefill"] = False
+    elif flags.get("--enable-chunked-prefill") not in (None, False):
+        out["enable_chunked_prefill"] = str(flags["--enable-chunked-prefill"]).lower() not in ("false", "0")
     fi = (env or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
     if fi in ("0", "1"):
         out["flashinfer_sampler"] = fi == "1"
@@ -482,9 +554,11 @@ def physics_assumptions(res: PlanResult) -> list[str]:
     """The class rules behind the overhead and weights of this plan (each applies to a class of models or
     releases, never to one case)."""
     inp, a, v = res.inp, res.inp.arch, res.inp.version
-    engine = releases.engine_for(v, inp.engine)
-    out = []
-    if engine == "V0" and not releases.is_chunked_v0(res.max_model_len, v) and not inp.max_num_batched_tokens:
+    engine = res.engine
+    out = [f"engine {engine}: {res.engine_reason}"] if res.engine_reason else []
+    chunked = inp.enable_chunked_prefill if inp.enable_chunked_prefill is not None else \
+        releases.is_chunked_v0(res.max_model_len, v)
+    if engine == "V0" and not chunked and not inp.max_num_batched_tokens:
         out.append(f"V0 without chunked prefill profiles one batch of max(max_model_len, 2048) = "
                    f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
     if res.sampler_bytes_per_logit == m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT:

@@ -54,8 +54,9 @@ class ReleaseRef:
     def note(self) -> str:
         """Why the release's defaults stand for this string, in words ('' when the string is the release).
 
-        >>> parse("0.26.1rc1.dev156+g0eec856cc").note()
-        "0.26.1rc1.dev156+g0eec856cc is a development build (commit g0eec856cc) of 0.26.1's release candidate 1: planned with 0.26.1's defaults"
+        >>> parse("0.9.2rc1.dev3+gabc1234").note()  # doctest: +NORMALIZE_WHITESPACE
+        "0.9.2rc1.dev3+gabc1234 is a development build (commit gabc1234) of 0.9.2's release candidate 1:
+        planned with 0.9.2's defaults"
         >>> parse("v0.10.1.1").note()
         "0.10.1.1 is a patch of 0.10.1: planned with 0.10.1's defaults"
         >>> parse("0.8.5").note()
