@@ -77,7 +77,7 @@ CASES = {
            ("vllm/model_executor/models/llama_eagle3.py", "load_weights")),
         "spec_decode", ("weight_loading",)),
     "an ngram proposer while serving": (
-        tb(*BUSY, ("vllm/v1/worker/gpu_model_runner.py", "propose_draft_token_ids"),
+        tb(*BUSY, ("vllm/v1/worker/gpu_model_runner.py", "execute_model"),
            ("vllm/v1/spec_decode/ngram_proposer.py", "propose")),
         "spec_decode", ("serving",)),
     "NCCL set-up": (
@@ -96,7 +96,11 @@ CASES = {
     "ZeroMQ / msgspec IPC": (
         tb(("/usr/lib/python3.12/threading.py", "run"), ("vllm/v1/engine/core.py", "process_input_sockets"),
            ("vllm/v1/serial_utils.py", "decode")),
-        "ipc", ("serving",)),
+        "ipc", ()),
+    "the model runner's own speculative-decoding step": (
+        tb(*BUSY, ("vllm/v1/worker/gpu_model_runner.py", "propose_draft_token_ids"),
+           ("vllm/v1/worker/gpu_model_runner.py", "propose_ngram_draft_token_ids")),
+        "spec_decode", ("serving",)),
     "xgrammar in the scheduler's update": (
         tb(*BUSY[:3], ("vllm/v1/core/sched/scheduler.py", "update_from_output"),
            ("vllm/v1/structured_output/backend_xgrammar.py", "accept_tokens"), ("xgrammar/matcher.py", "accept_token")),
@@ -170,6 +174,16 @@ def test_innermost_vllm_and_library_frames() -> None:
 def test_component_of_an_exception_class(exception: str | None, component: str | None) -> None:
     assert component_of_exception(exception) == component
     assert locate([], exception).component == component
+
+
+def test_a_logger_file_and_the_source_line_markers() -> None:
+    from diagnoser.analysis.frames import code_marks, component_names, component_of_source
+
+    assert component_of_source("nixl_connector.py:651") == "kv_transfer"
+    assert component_of_source("core.py:700") is None          # the engine's own files name no component
+    assert component_of_source("multiproc_executor.py:671") is None
+    assert "torch.cuda.graph(" in code_marks()
+    assert {"kv_transfer", "spec_decode", "platform"} <= set(component_names())
 
 
 def test_frames_of_attaches_source_lines_and_skips_carets() -> None:

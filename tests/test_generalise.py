@@ -24,7 +24,7 @@ DEV = FIXTURES / "corpus" / "dev"
 def lines(path: Path, first: int, last: int) -> str:
     """`sed -n FIRST,LASTp PATH` (newline-separated lines, as sed counts them)."""
     with path.open(encoding="utf-8", newline="") as fh:
-        return "".join(fh.read().split("\n")[first - 1:last][i] + "\n" for i in range(last - first + 1))
+        return "".join(piece + "\n" for piece in fh.read().split("\n")[first - 1:last])
 
 
 def first(report: Report):

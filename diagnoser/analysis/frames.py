@@ -85,6 +85,7 @@ class _Component:
     title: str
     paths: tuple[str, ...]
     platform: bool
+    funcs: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def table() -> _Table:
     data = datafiles.load("places.yaml")
     components = tuple(
         _Component(name=c["name"], title=c.get("title") or c["name"], paths=_strings(c.get("paths")),
-                   platform=bool(c.get("platform")))
+                   platform=bool(c.get("platform")), funcs=frozenset(str(f) for f in c.get("funcs") or ()))
         for c in data["components"])
     stages = tuple(
         _StageMark(paths=_strings(s.get("paths")), funcs=frozenset(str(f) for f in s.get("funcs") or ()),
@@ -125,6 +126,12 @@ def table() -> _Table:
                    maybe=tuple(s.get("maybe") or ()))
         for s in data["stages"])
     return _Table(transparent=_strings(data.get("transparent")), components=components, stages=stages)
+
+
+@lru_cache(maxsize=1)
+def code_marks() -> tuple[str, ...]:
+    """The source-line markers of the table: a tracker re-reads a place only when a source line holds one."""
+    return tuple(c for mark in table().stages for c in mark.code)
 
 
 def parse_frame(text: str) -> Frame | None:
@@ -157,6 +164,19 @@ def frames_of(lines: Iterable[str]) -> list[Frame]:
     return out
 
 
+def component_of_source(source: str) -> str | None:
+    """The component a logger's `[file:line]` names (`nixl_connector.py:651` -> kv_transfer), None if none.
+
+    >>> component_of_source('nixl_connector.py:651'), component_of_source('core.py:700')
+    ('kv_transfer', None)
+    """
+    name = "/" + source.rsplit(":", 1)[0].replace("\\", "/").lower().lstrip("./")
+    if _is_transparent(name):
+        return None
+    comp = component_of_path(name)
+    return comp.name if comp is not None else None
+
+
 def _is_transparent(norm: str) -> bool:
     return any(t in norm for t in table().transparent)
 
@@ -165,6 +185,14 @@ def component_of_path(norm: str) -> _Component | None:
     """The component a (normalised) path belongs to; None when the table names none."""
     for comp in table().components:
         if any(p in norm for p in comp.paths):
+            return comp
+    return None
+
+
+def _component_of_func(func: str) -> _Component | None:
+    name = func.rsplit(".", 1)[-1]
+    for comp in table().components:
+        if name in comp.funcs:
             return comp
     return None
 
@@ -217,7 +245,7 @@ def locate(frames: Sequence[Frame], exception: str | None = None) -> Place:
         transparent = _is_transparent(norm)
         if library_frame is None and not is_vllm and not transparent:
             library_frame = frame
-        comp = component_of_path(norm)
+        comp = component_of_path(norm) or _component_of_func(frame.func)
         if comp is not None and comp.platform and platform is None:
             platform = _platform_name(norm)
         if component is None and comp is not None and not transparent:
@@ -226,6 +254,11 @@ def locate(frames: Sequence[Frame], exception: str | None = None) -> Place:
     title = component.title if component is not None else _title(name)
     return Place(component=name, title=title, platform=platform, stages=_stages(frames), frame=named_by,
                  vllm_frame=vllm_frame, library_frame=library_frame, exception=exception)
+
+
+def component_names() -> tuple[str, ...]:
+    """Every component the table names (what a rule's `components:` may list)."""
+    return tuple(c.name for c in table().components)
 
 
 def _title(name: str | None) -> str | None:
