@@ -43,10 +43,6 @@ def exit_code(text: str) -> int:
 
 # --- fragments -----------------------------------------------------------------------------------------------
 
-PHASE2 = pytest.mark.xfail(strict=True, reason="issue 25 phase 2: the tracker reads frames.py's places (paths, source lines)")
-
-
-@PHASE2
 def test_a_graph_capture_fragment_is_warmup_or_stage_unknown_never_a_weights_oom():
     """`sed -n 120,137p fixtures/warmup-oom-cudagraph-0.10.log`: frames in vllm/compilation/cuda_graph.py."""
     f = first(diagnose_text(lines(FIXTURES / "warmup-oom-cudagraph-0.10.log", 120, 137)))
@@ -60,7 +56,6 @@ def test_a_graph_capture_fragment_is_warmup_or_stage_unknown_never_a_weights_oom
         assert "stage unknown" in f.advice and "--max-num-seqs" in f.advice and "--tensor-parallel-size" in f.advice
 
 
-@PHASE2
 def test_a_sampler_fragment_is_serving_or_stage_unknown_with_both_fixes():
     """`sed -n 15,18p fixtures/serving-oom-sampler-v1-0.10.log`: frames in v1/sample/sampler.py only."""
     f = first(diagnose_text(lines(FIXTURES / "serving-oom-sampler-v1-0.10.log", 15, 18)))
@@ -128,8 +123,7 @@ def test_a_killed_server_is_an_error_that_shows_the_kill(name: str, kill_line: s
 @pytest.mark.parametrize(("name", "rule", "cause"), [
     ("engine-dead-scheduler-assert-under-load-0.12.log", "component-scheduler", "AssertionError: Encoder cache miss"),
     ("kv-connector-lmcache-retrieve-failed-0.11.log", "component-kv-transfer", "LMCache ERROR: Failed to retrieve"),
-    pytest.param("spec-decode-ngram-propose-crash-serving-0.10.log", "component-spec-decode", "IndexError: index 4097",
-                 marks=PHASE2),
+    ("spec-decode-ngram-propose-crash-serving-0.10.log", "component-spec-decode", "IndexError: index 4097"),
     ("structured-output-xgrammar-crash-0.10.log", "component-structured-output", "Check failed"),
     ("ipc-msgspec-decode-error-dp2-0.12.log", "component-ipc", "msgspec.ValidationError"),
 ])
@@ -142,8 +136,7 @@ def test_a_component_failure_after_ready_is_named_with_its_root_cause(name: str,
 # --- healthy servers are never alarmed -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", [
-    pytest.param("shutdown-sigterm-new-wording-engine-dead-echo-0.28.log", marks=pytest.mark.xfail(
-        strict=True, reason="issue 25 phase 2: the [shutdown] wording is an interrupt, its EngineDeadError an echo")),
+    "shutdown-sigterm-new-wording-engine-dead-echo-0.28.log",
     "shutdown-ctrl-c-0.10.log",
     "shutdown-sigterm-kubectl-0.12.log",
     "healthy-nixl-decode-0.11.log",
@@ -170,7 +163,6 @@ def test_a_healthy_server_and_its_shutdown_raise_no_alarm(name: str):
      "    hidden_states = self.model(\n"
      "ValueError: too many values to unpack (expected 2)\n", "component-spec-decode", "serving"),
 ])
-@PHASE2
 def test_a_failure_named_by_its_frames(text: str, rule: str, stage: str):
     f = first(diagnose_text(text))
     assert (f.rule.id, f.stage) == (rule, stage)
