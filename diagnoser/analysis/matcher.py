@@ -201,6 +201,8 @@ class Matcher:
             for rule, pattern, kws in candidates:
                 if pattern.stages is not None and scan.stage not in pattern.stages:
                     continue  # the stage gate
+                if pattern.components is not None and line.component not in pattern.components:
+                    continue  # the place gate: the component the line's traceback points at
                 facts = self._pattern_facts(scan, rule, pattern, kws)
                 if facts is None:
                     continue

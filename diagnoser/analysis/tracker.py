@@ -19,6 +19,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from diagnoser import datafiles
+from diagnoser.analysis import frames as places
 from diagnoser.ingest.dense import ShapeCache, ShapePlans
 from diagnoser.ingest.keywords import KeywordIndex
 from diagnoser.ingest.line import Line
@@ -286,6 +287,32 @@ def landmark_keywords() -> list[str]:
 class _Proc:
     in_traceback: bool = False
     frame_stage: str | None = None
+    #: the traceback's frames so far (analysis/frames.py reads their paths, functions and source lines)
+    frames: list[places.Frame] = field(default_factory=list)
+    expect_code: bool = False
+    place: places.Place | None = None
+
+    def restart(self) -> None:
+        self.in_traceback, self.frame_stage, self.frames, self.expect_code, self.place = True, None, [], False, None
+
+    def add_frame(self, frame: places.Frame) -> None:
+        self.frames.append(frame)
+        self.expect_code = True
+        self.place = places.locate(self.frames)
+
+    def add_code(self, code: str) -> None:
+        """The source line Python prints under a frame: re-read the place when it names a stage."""
+        last = self.frames[-1]
+        self.frames[-1] = places.Frame(last.path, last.func, last.line, code)
+        self.expect_code = False
+        if any(mark in code for mark in places.code_marks()):
+            self.place = places.locate(self.frames)
+
+    def component(self, exception: str) -> str | None:
+        """The component the traceback ending in `exception` (its class, as printed) points at."""
+        if self.place is not None and self.place.component is not None:
+            return self.place.component
+        return places.component_of_exception(exception)
 
 
 class Tracker:
@@ -309,27 +336,18 @@ class Tracker:
             proc = self._procs[key] = _Proc()
         stripped = text.lstrip()
         if stripped.startswith(TRACEBACK_START):
-            proc.in_traceback, proc.frame_stage = True, None
+            proc.restart()
             return self.stage
         if not proc.in_traceback and FRAME.match(text):
             # a fragment pasted from the middle of a traceback: its frames still say where it failed
-            proc.in_traceback, proc.frame_stage = True, None
+            proc.restart()
         if proc.in_traceback:
-            m = FRAME.match(text)
-            if m:
-                func = m.group("func").rsplit(".", 1)[-1]
-                stage = self._frames.get(func)
-                if stage:
-                    proc.frame_stage = stage
-                return self._here(proc)
-            if EXCEPTION.match(stripped):
-                proc.in_traceback = False
-                for i in self._index.matches(stripped.lower()):  # "KeyboardInterrupt" ends a Ctrl-C's traceback
-                    if self._marks[i].interrupt:
-                        self._apply(self._marks[i], text, line.number, line.timestamp)
-            return self._here(proc)
+            return self._traceback_line(proc, line, stripped)
         if line.user_content:
             return self.stage
+        if line.source and line.level in ("ERROR", "CRITICAL", "WARNING"):
+            # a component's own logger (`[nixl_connector.py:651]`) names it
+            line.component = places.component_of_source(line.source)
         marks = self._marks
         for i in self._shapes.matches(text):
             mark = marks[i]
@@ -338,12 +356,37 @@ class Tracker:
                 proc.frame_stage = None
         return self._here(proc)
 
+    def _traceback_line(self, proc: _Proc, line: Line, stripped: str) -> str | None:
+        """A line inside a process's traceback: a frame, the source line under it, or the exception ending it."""
+        m = FRAME.match(line.text)
+        if m:
+            func = m.group("func").rsplit(".", 1)[-1]
+            stage = self._frames.get(func)
+            if stage:
+                proc.frame_stage = stage
+            proc.add_frame(places.Frame(m.group("file"), m.group("func")))
+            line.component = proc.place.component if proc.place is not None else None
+            return self._here(proc)
+        if EXCEPTION.match(stripped):
+            proc.in_traceback = False
+            line.component = proc.component(stripped.split(":", 1)[0])
+            for i in self._index.matches(stripped.lower()):  # "KeyboardInterrupt" ends a Ctrl-C's traceback
+                if self._marks[i].interrupt:
+                    self._apply(self._marks[i], line.text, line.number, line.timestamp)
+            return self._here(proc)
+        if proc.expect_code and stripped and proc.frames:
+            proc.add_code(stripped)
+        return self._here(proc)
+
     def _here(self, proc: _Proc) -> str | None:
         """The stage of a process's current line: its traceback's frames, else the last landmark.
 
         Once the server is serving, a frame that names a start-up step (a LoRA load, a re-run warmup) does
         not move a failure back to start-up: anything after ready happens while serving.
         """
+        placed = self._placed(proc.place, proc.frame_stage)
+        if placed is not False:
+            return placed
         if proc.frame_stage is None:
             return self.stage
         if proc.frame_stage == WEAK_FRAME_STAGE:
@@ -352,6 +395,29 @@ class Tracker:
         if coarse(self.stage) == "serving" and coarse(proc.frame_stage) != "serving":
             return self.stage
         return proc.frame_stage
+
+    def _placed(self, place: places.Place | None, frame_stage: str | None) -> str | None | bool:
+        """The stage the frames' places decide (False: they do not, the function table and landmarks do).
+
+        A decisive place (graph capture by its source line, the profiling run, loading) wins, except that a
+        serving frame is weak against a start-up landmark and a start-up frame against a serving landmark. Frames
+        that allow several stages (the sampler: its warm-up or serving) defer to the landmark when it is one of
+        them; a paste without a landmark stays unknown (None), never a guessed stage.
+        """
+        if place is None or not place.stages:
+            return False
+        landmark = coarse(self.stage)
+        if place.stage is not None:
+            decided = coarse(place.stage)
+            if (landmark == "serving" and decided != "serving") or (
+                    decided == "serving" and landmark not in (None, "cli", "config", "serving")):
+                return self.stage
+            return place.stage
+        if frame_stage is not None:
+            return False
+        if landmark in {coarse(s) for s in place.stages}:
+            return self.stage
+        return self.stage if landmark not in (None, "cli", "config") else None
 
     def _apply(self, mark: Landmark, text: str, number: int = 0, timestamp: str | None = None) -> None:
         """A landmark on a line: what its regex's groups say (each group by its reader: _GROUP_READERS), then

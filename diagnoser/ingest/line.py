@@ -81,6 +81,8 @@ class Line:
     source: str | None = None
     user_content: bool = False
     follow: bool = False  #: kept only because it follows a keyword line
+    #: the component (analysis/frames.py) its traceback's frames or its logger's file name; set by the tracker
+    component: str | None = None
 
     @property
     def proc_key(self) -> str:

@@ -42,7 +42,8 @@ RULE_KEYS = {
     "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "wrapper", "context", "catalog",
     "overrides", "keep_when",
 }
-PATTERN_KEYS = {"phrase", "regex", "series", "threshold", "keywords", "generic", "stages", "catalog", "when"}
+PATTERN_KEYS = {"phrase", "regex", "series", "threshold", "keywords", "generic", "stages", "catalog", "when",
+                "components"}
 FIX_KEYS = {"flag", "value", "reason", "when", "env"}
 CASE_KEYS = {"match", "near_miss"}
 MATCH_CASE_KEYS = {"name", "text", "facts", "stage", "context", "advice_contains", "line", "finding_stage",
@@ -200,7 +201,7 @@ RULE_KEY_TYPES: dict[str, tuple[type, ...]] = {
 }
 PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "phrase": (str,), "regex": (str,), "threshold": (int, float), "keywords": (list,), "generic": (bool,),
-    "stages": (list,), "catalog": (list,), "when": (str,),
+    "stages": (list,), "catalog": (list,), "when": (str,), "components": (list,),
 }
 FIX_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "flag": (str,), "value": (str, int, float, bool), "reason": (str,), "when": (str,), "env": (str,),
@@ -225,7 +226,7 @@ def _check_types(item: dict[str, Any], types: dict[str, tuple[type, ...]], path:
             want = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
             raise RuleError(path, f"{prefix}{key}", f"must be {want}, not {type(value).__name__} {value!r:.40}")
         if isinstance(value, list) and key in ("keywords", "stages", "references", "catalog", "overrides",
-                                               "advice_contains", "wins_over"):
+                                               "advice_contains", "wins_over", "components"):
             bad = next((v for v in value if not isinstance(v, str) and not (key == "stages" and v is None)), "")
             if bad != "":
                 raise RuleError(path, f"{prefix}{key}", f"must be a list of strings, not holding {bad!r:.40}")
@@ -317,7 +318,21 @@ def _pattern(item: Any, env: RuleSandbox, path: str, key: str, trusted: bool) ->
         _expr_names(env, when, path, f"{key}.when")
     return Pattern(phrase=phrase, regex=compiled, threshold=threshold, keywords=[str(k) for k in keywords],
                    generic=bool(item.get("generic")), stages=stages, when=when,
-                   catalog=list(item.get("catalog") or []), series=series)
+                   catalog=list(item.get("catalog") or []), series=series,
+                   components=_components(item.get("components"), path, key))
+
+
+def _components(components: list[str] | None, path: str, key: str) -> tuple[str, ...] | None:
+    """A pattern's `components:`: names of data/places.yaml's components (the traceback's place gates it)."""
+    if components is None:
+        return None
+    from diagnoser import datafiles
+
+    known = [c["name"] for c in datafiles.load("places.yaml")["components"]]
+    bad = [c for c in components if c not in known]
+    if bad:
+        raise RuleError(path, f"{key}.components", f"{bad[0]!r}; one of {', '.join(known)}")
+    return tuple(components)
 
 
 def _extractors(data: dict[str, Any], path: str, trusted: bool) -> list[Extractor]:

@@ -48,6 +48,8 @@ class Pattern:
     when_early: bool = False
     #: a window kind of the serving series (facts.SERIES_FACTS): matched once per window, not per line
     series: str | None = None
+    #: components (data/places.yaml) the line's traceback must point at (analysis/frames.py); None: any line
+    components: tuple[str, ...] | None = None
 
 
 @dataclass
