@@ -232,7 +232,7 @@ def decompressed(raw: BinaryIO, name: str) -> BinaryIO:
     elif kind == "xz":
         import lzma
 
-        stream = lzma.LZMAFile(source, "rb")  # type: ignore[assignment]
+        stream = lzma.LZMAFile(source, "rb")  # type: ignore[assignment]  # noqa: SIM115 - closed by _Capped
     else:
         stream = _zstd_reader(source, name)
     return io.BufferedReader(_Capped(stream, counted, name), buffer_size=1 << 20)  # type: ignore[return-value]
