@@ -39,8 +39,10 @@ _UNSAFE = ([c for c in range(0x20) if c not in (0x09, 0x0A)] + list(range(0x7F, 
            + list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)) + [0x200E, 0x200F, 0x061C, 0x2028,
                                                                            0x2029, 0xFEFF])
 _TABLE = {c: f"\\u{c:04x}" for c in _UNSAFE}
+#: lone surrogates (a log's `\\ud800` escape decoded by JSON or literal_eval): U+FFFD, as a decoder shows bad input
+_TABLE.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
 _TABLE_ONE_LINE = {**_TABLE, 0x0A: "\\n"}
-_UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "]")
+_UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "\ud800-\udfff]")
 #: Our own colour codes (`--color`): the only escape sequences an output may carry.
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 #: `::` after white space at a line's start: every character str.isspace() accepts but the newline (a superset of
