@@ -35,6 +35,7 @@ that lower-cases character for character; the lower-cased copy follows the subst
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -449,6 +450,24 @@ class Redactor:
     def total(self) -> int:
         return sum(self.counts.values())
 
+    def value(self, text: str) -> str:
+        """One value on its own (a JSON string, a list item): no hard-wrap carry or key block in or out."""
+        saved = self._carry, self._key_lines
+        self._carry = self._key_lines = None
+        try:
+            return self(text)
+        finally:
+            self._carry, self._key_lines = saved
+
+    def secret_value(self, key: str, value: str) -> str | None:
+        """The marker for `value` under a secret-named `key` (a setting, a dict key, a flag), counted; None when
+        the key is not secret-named or the value is not a secret (None, empty, `$VAR`, a marker)."""
+        if not secret_key(key) or _plain(value):
+            return None
+        kind = _value_kind(value.strip()) or _key_kind(key.strip("-"))
+        self.counts[kind] += 1
+        return MARK.format(kind=kind)
+
 
 _QUOTED = re.compile(r"(['\"])((?:[^\\]|\\.)*?)\1")
 _QUOTES = re.compile(r"(\\*['\"])(.*)\1", re.S)
@@ -493,6 +512,84 @@ def secret_flag(name: str) -> bool:
     from diagnoser.vllm.flags import lookup  # a real vLLM flag (--max-num-batched-tokens) is never a secret
 
     return lookup("--" + low) is None
+
+
+_SECRET_KEY = re.compile(_KEY_CORE)
+
+
+def secret_key(key: str) -> bool:
+    """Whether a setting, dict key or flag name (`api_key`, `HF_TOKEN`, `--api-key`, `X-Auth-Token`) names a secret.
+
+    >>> [secret_key(k) for k in ("api_key", "--api-key", "HF_TOKEN", "X-Auth-Token", "model", "max_num_batched_tokens")]
+    [True, True, True, True, False, False]
+    """
+    name = key.strip()
+    if name.startswith("-"):
+        return secret_flag(name.lstrip("-"))
+    return bool(_SECRET_KEY.fullmatch(name) or HEADER_KEY.match(name + ": x")) or secret_flag(name)
+
+
+def redact_value(value: Any, redactor: Redactor, _depth: int = 0) -> Any:
+    """A copy of `value` (dicts, lists, tuples, strings) with every string redacted on its own, before anything is
+    serialised: a string under a secret-named key, or after a secret flag in a list (`["--api-key", "x y"]`),
+    goes whole. Serialising the result never needs the serialised text redacted (which breaks JSON escapes)."""
+    if isinstance(value, str):
+        return redactor.value(value)
+    if _depth > 50:
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            mark = redactor.secret_value(k, v) if isinstance(k, str) and isinstance(v, str) else None
+            out[k] = mark if mark is not None else redact_value(v, redactor, _depth + 1)
+        return out
+    if isinstance(value, list | tuple):
+        items: list[Any] = []
+        for i, v in enumerate(value):
+            prev = value[i - 1] if i else None
+            mark = (redactor.secret_value(prev, v) if isinstance(prev, str) and prev.startswith("-")
+                    and isinstance(v, str) and "=" not in prev else None)
+            items.append(mark if mark is not None else redact_value(v, redactor, _depth + 1))
+        return items if isinstance(value, list) else type(value)(items)
+    return value
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def looks_like_json(line: str) -> bool:
+    """A line of JSON output (a JSON Lines document, a line of an indented one): it starts with `{`, `[`, `]`,
+    `}` or a string, and holds a string."""
+    head = line.lstrip()[:1]
+    return head in ('{', '[', '"', '}', ']') and '"' in line
+
+
+def redact_json_line(line: str, redactor: Redactor) -> str:
+    """One line of JSON output with each string value redacted on its decoded text, and re-encoded: the line stays
+    valid JSON whatever the secret holds (quotes, backslashes). A value under a secret-named key goes whole; keys,
+    numbers and punctuation are kept."""
+    out: list[str] = []
+    pos = 0
+    key: str | None = None
+    for m in _JSON_STRING.finditer(line):
+        between = line[pos:m.start()]
+        out.append(between)
+        pos = m.end()
+        raw = m.group(0)
+        try:
+            text = json.loads(raw)
+        except ValueError:
+            out.append(raw)
+            continue
+        if line[m.end():].lstrip().startswith(":"):  # a key: kept, and remembered for its value
+            key, new = text, text
+        else:
+            mark = redactor.secret_value(key, text) if key is not None and between.strip() == ":" else None
+            new = mark if mark is not None else redactor.value(text)
+            key = None
+        out.append(raw if new == text else json.dumps(new, ensure_ascii=False))
+    out.append(line[pos:])
+    return "".join(out)
 
 
 def high_entropy(value: str) -> bool:

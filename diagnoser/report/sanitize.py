@@ -128,6 +128,9 @@ def _shallow_copy(value: Any) -> Any:
 class OutputFilter(io.TextIOBase):
     """A text stream that escapes unsafe characters, defuses workflow commands and redacts secrets, by line.
 
+    A line of JSON (`plan --format json`, a JSON Lines document) is redacted value by value (redact_json_line):
+    never through its serialised text, whose escaped quotes a pattern could cut, leaving invalid JSON.
+
     `allow_commands` is set by the github format (its own `::error` lines); `redact` is cleared by
     `--no-redact`. Partial lines wait for their newline, or for flush().
     """
@@ -168,6 +171,14 @@ class OutputFilter(io.TextIOBase):
 
     def _process(self, text: str) -> str:
         if self.redact is not None:
-            text = "\n".join(self.redact(line) for line in text.split("\n"))
+            text = "\n".join(self._redacted(line) for line in text.split("\n"))
         text = clean_output(text)
         return no_legacy_commands(text) if self.allow_commands else no_commands(text)
+
+    def _redacted(self, line: str) -> str:
+        assert self.redact is not None
+        from diagnoser.ingest.redact import Redactor, looks_like_json, redact_json_line
+
+        if isinstance(self.redact, Redactor) and looks_like_json(line):
+            return redact_json_line(line, self.redact)
+        return self.redact(line)
