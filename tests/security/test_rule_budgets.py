@@ -68,7 +68,7 @@ def test_a_scalar_aliased_thousands_of_times_is_refused_in_a_launch_file(tmp_pat
                         f"    command: [--model, meta-llama/Llama-3.1-8B-Instruct, --served-model-name, {aliases}]\n")
     else:
         path = tmp_path / "vllm.yaml"
-        path.write_text(f"model: meta-llama/Llama-3.1-8B-Instruct\nmax_model_len: 4096\n"
+        path.write_text(f"# vllm serve --config vllm.yaml\nmodel: meta-llama/Llama-3.1-8B-Instruct\nmax_model_len: 4096\n"
                         f"served_model_name: &big \"{big}\"\ntokenizer: [{aliases}]\n")
     start = time.monotonic()
     res = run_doctor("plan", "--gpu", "L4", "--from-file", str(path), cwd=tmp_path, max_gib=1.5, timeout=120)
