@@ -173,28 +173,7 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     for message in errors:
         if not message.startswith("no vLLM log"):
             click.echo(f"vllm-doctor: error: {clean(message)}", err=True)
-    if errors:
-        return 2
-    code = exit_code(reports, fail_on, exit_zero)
-    if gate and code == 0 and not exit_zero and fail_on != "never" and _not_started(reports):
-        return 1
-    return code
-
-
-def _not_started(reports: list[Report]) -> bool:
-    """`check`: a log in which vLLM never came up fails the gate though no rule fired (a missing binary or module,
-    an image that could not be pulled, a process killed at once, a start-up cut off): each is named on stderr."""
-    failed = False
-    for r in reports:
-        ctx = r.context
-        if not r.vllm_seen or ctx.server_started or ctx.engine_ready or getattr(ctx, "stats_lines", 0):
-            continue
-        label = "stdin" if r.path == "-" else r.path
-        click.echo(f"vllm-doctor: error: {clean(label)}: vLLM did not start: the log never reaches the ready "
-                   "line (\"Application startup complete\" or the engine's first stats); check that the log "
-                   "covers the whole start-up", err=True)
-        failed = True
-    return failed
+    return 2 if errors else exit_code(reports, fail_on, exit_zero)
 
 
 def _early_copy(files: tuple[str, ...], tee: bool, follow: str | None, command: list[str] | None) -> Any:
