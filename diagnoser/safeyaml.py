@@ -25,6 +25,9 @@ from diagnoser.errors import LimitError
 MAX_BYTES = 8 << 20
 MAX_NODES = 200_000
 MAX_DEPTH = 100
+#: characters of scalars in the alias-expanded document: a long scalar aliased thousands of times is few nodes
+#: and a small file, but gigabytes once built (`<<: *defaults` and other normal aliases stay far below)
+MAX_EXPANDED_CHARS = 4 * MAX_BYTES
 
 #: libyaml's composer when it is there (ten times faster on the rule files); pure Python otherwise.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -48,6 +51,7 @@ def check_node(root: yaml.Node) -> None:
     """Refuse a node graph whose alias-expanded size or depth is over the bounds (linear in the graph)."""
     sizes: dict[int, int] = {}
     depths: dict[int, int] = {}
+    chars: dict[int, int] = {}
     # iterative post-order walk: a deep document must not hit Python's recursion limit here
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     on_path: set[int] = set()
@@ -59,6 +63,10 @@ def check_node(root: yaml.Node) -> None:
             kids = _children(node)
             sizes[key] = 1 + sum(sizes[id(k)] for k in kids)
             depths[key] = 1 + max((depths[id(k)] for k in kids), default=0)
+            chars[key] = (len(node.value) if isinstance(node, yaml.ScalarNode) else 0) + sum(chars[id(k)] for k in kids)
+            if chars[key] > MAX_EXPANDED_CHARS:
+                raise YAMLLimitError(f"the document's values expand to more than {MAX_EXPANDED_CHARS:,} characters "
+                                     "(a long value aliased many times?); write the values out or use fewer aliases")
             if sizes[key] > MAX_NODES:
                 raise YAMLLimitError(f"the document expands to more than {MAX_NODES:,} nodes (an alias bomb?); "
                                      "write the values out or use fewer aliases")

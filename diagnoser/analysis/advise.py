@@ -335,9 +335,11 @@ class Advisor:
             if finding.severity == "error" and _recovered(finding, ctx):
                 finding.severity = "info"
                 finding.facts["recovered_at"] = ctx.ready_line
-            self._render(finding, ctx, ctx_dict)
             found.append(finding)
-        return _ranked(found)
+        kept = _ranked(found)
+        for finding in kept:  # only what is reported: a log of distinct fallback groups renders one advice
+            self._render(finding, ctx, ctx_dict)
+        return kept
 
     def _finding(self, group: list[Hit], fold: Fold | None, ctx_dict: dict[str, Any]) -> Finding:
         """One group's finding: its facts (derived ones too), stage, first line, evidence and ranks."""

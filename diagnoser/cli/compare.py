@@ -9,6 +9,7 @@ import sys
 import click
 
 from diagnoser.cli import files
+from diagnoser.cli.files import MAX_DECOMPRESSED
 
 
 @click.command("compare")
@@ -20,6 +21,7 @@ from diagnoser.cli import files
 @click.option("--gpu", "gpu_name", help="GPU preset, for logs that do not print the GPU total (V1 0.8-0.25).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--no-redact", is_flag=True, help="Keep secrets in the output.")
+@MAX_DECOMPRESSED
 def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: str | None, output: str | None,
                 no_redact: bool) -> None:
     """Compare start-ups: BEFORE AFTER [MORE...] (each against the first).

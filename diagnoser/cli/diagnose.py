@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from diagnoser.cli.files import open_inputs, refuse_compressed, refuse_output_over_inputs, rules_with, write_report
+from diagnoser.cli.files import (
+    MAX_DECOMPRESSED,
+    open_inputs,
+    refuse_compressed,
+    refuse_output_over_inputs,
+    rules_with,
+    write_report,
+)
 from diagnoser.report import FORMATS
 from diagnoser.report.sanitize import OutputFilter, clean
 
@@ -52,6 +59,7 @@ def diagnose_options(func: Any, files: bool = True) -> Any:
         click.option("--rules", "rule_paths", multiple=True, type=click.Path(),
                      help="Extra rule file or folder (repeatable)."),
         click.option("--no-redact", is_flag=True, help="Keep secrets in the output (warns on stderr)."),
+        MAX_DECOMPRESSED,
         click.option("--color/--no-color", default=None, help="Force colour on or off (default: on a TTY)."),
         click.option("--config-file", type=click.Path(), default=None,
                      help="The launch config that set the flags (SARIF locations point at it)."),
@@ -142,7 +150,8 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     exit code is 2. An input with no vLLM line at all is an error for `check` and a note for `diagnose`.
     """
     refuse_output_over_inputs(output, (*files, *((follow,) if follow else ()),
-                                       *(("-",) if not files and not follow and not command else ())))
+                                       *(("-",) if not files and not follow and not command else ())),
+                              rule_paths, config_file)
     copy = _early_copy(files, tee, follow, command)
     rules = rules_with(rule_paths)
     if config_file and not Path(config_file).is_file():

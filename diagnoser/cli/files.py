@@ -67,11 +67,51 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def refuse_output_over_inputs(output: str | None, inputs: Iterable[str]) -> None:
+def refuse_output_over_inputs(output: str | None, inputs: Iterable[str], rule_paths: Iterable[str] = (),
+                              config_file: str | None = None) -> None:
     """-o naming one of the inputs (also through a symlink, a hard link or stdin's redirection) would replace
-    the log with its report: a usage error, before anything is read or written. Every command with -o."""
-    if output and any(_same_file(f, output) for f in inputs):
+    the log with its report: a usage error, before anything is read or written. Every command with -o. So would
+    -o naming the --config-file, a --rules file or any file inside a --rules folder (a report there is also read
+    as a rule pack next time)."""
+    if not output:
+        return
+    if any(_same_file(f, output) for f in inputs):
         raise click.UsageError(f"-o {output}: is one of the inputs; write the report to another file")
+    if config_file and _same_file(config_file, output):
+        raise click.UsageError(f"-o {output}: is the --config-file; write the report to another file")
+    for rules in rule_paths:
+        if _same_file(rules, output) or (os.path.isdir(rules) and _inside(output, rules)):
+            raise click.UsageError(f"-o {output}: is in the --rules {rules}; write the report to another file")
+        if os.path.isdir(rules) and any(_same_file(str(p), output) for p in Path(rules).rglob("*.y*ml")):
+            raise click.UsageError(f"-o {output}: is in the --rules {rules}; write the report to another file")
+
+
+def _set_decompression_cap(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """--max-decompressed SIZE: checked, and handed to the readers (and scan's workers) by the environment."""
+    if value is None:
+        return
+    from diagnoser.ingest.sources import CAP_ENV, parse_cap
+
+    try:
+        parse_cap(value)
+    except DoctorError as exc:
+        raise click.UsageError(str(exc)) from None
+    os.environ[CAP_ENV] = value
+
+
+#: the option of every command that reads logs
+MAX_DECOMPRESSED = click.option(
+    "--max-decompressed", metavar="SIZE", default=None, expose_value=False, callback=_set_decompression_cap,
+    help="A compressed log may expand to this size (default 16GiB, and at most 1000x its size past 32 MiB; "
+         "giving a size lifts the ratio cap).")
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether `path` (resolved: symlinks, `..`) lies inside `folder`."""
+    try:
+        return Path(path).resolve().is_relative_to(Path(folder).resolve())
+    except (OSError, ValueError):
+        return False
 
 
 def write_report(text: str, output: str | None, color: bool | None = None) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from diagnoser.cli.files import MAX_DECOMPRESSED
 from diagnoser.rules.model import SEVERITY_RANK
 
 ENGINES = ("local", "ray")
@@ -52,6 +53,7 @@ class Tally:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings reach --fail-on.")
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
 @click.option("--no-redact", is_flag=True, help="Keep secrets in the output (warns on stderr).")
+@MAX_DECOMPRESSED
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True,
               help="Worst logs listed (text, markdown, html).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to this file, not stdout.")
@@ -90,7 +92,7 @@ def scan_cmd(paths: tuple[str, ...], jobs: int | None, fmt: str, fail_on: str, e
             if output:
                 from diagnoser.cli.files import refuse_output_over_inputs
 
-                refuse_output_over_inputs(output, (*paths, *iter_paths(paths)))
+                refuse_output_over_inputs(output, (*paths, *iter_paths(paths)), rule_paths)
     except DoctorError as exc:
         raise click.UsageError(str(exc)) from None
     opts = ScanOptions(rule_paths=tuple(os.path.abspath(p) for p in rule_paths), redact=not no_redact)

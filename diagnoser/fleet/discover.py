@@ -2,12 +2,18 @@
 
 Lazy and sorted per folder, so listing a million files costs no memory beyond one folder's names; hidden
 files and folders (a leading dot) are skipped inside folders, never when named directly.
+
+Only regular files are read (a symlink is followed to see what it names): a link to /dev/zero, a FIFO (whose
+open waits for a writer forever) or a socket in a folder is skipped, and so is a link to a folder (not followed:
+no loops); named on the command line, a device, FIFO or socket is an error. A dangling link is yielded, and
+reported by the scan as unreadable.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import stat
 from collections.abc import Iterable, Iterator
 
 from diagnoser.errors import UsageError
@@ -27,10 +33,26 @@ def _walk(folder: str) -> Iterator[str]:
         try:
             if entry.is_dir(follow_symlinks=False):
                 yield from _walk(entry.path)
-            elif entry.is_file() or entry.is_symlink():  # a dangling link is reported as unreadable
-                yield entry.path
+            elif entry.is_file() or (entry.is_symlink() and not os.path.exists(entry.path)):
+                yield entry.path  # a regular file; a dangling link is reported as unreadable
         except OSError:
             yield entry.path
+
+
+def _kind(path: str) -> str | None:
+    """What `path` names when it is not a regular file or a folder ('a device', 'a FIFO', 'a socket'); None for a
+    regular file, a folder or a path that cannot be looked at (reported by the scan as unreadable)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device"
 
 
 def _is_glob(target: str) -> bool:
@@ -46,12 +68,17 @@ def check_targets(targets: Iterable[str]) -> None:
                                  "does not expand it)")
         elif not os.path.lexists(target):
             raise UsageError(f"{target}: no such file or folder; check the path")
+        elif (kind := _kind(target)) is not None:
+            raise UsageError(f"{target}: is {kind}, not a regular file; scan reads log files and folders")
 
 
 def _expand(target: str) -> Iterator[str]:
     if _is_glob(target):
         for path in sorted(glob.iglob(target, recursive=True)):
-            yield from _walk(path) if os.path.isdir(path) else iter([path])
+            if os.path.isdir(path):
+                yield from _walk(path)
+            elif _kind(path) is None:
+                yield path
     elif os.path.isdir(target):
         yield from _walk(target)
     else:

@@ -8,19 +8,18 @@ installed, else one trie-shaped regex.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 #: hyperscan (when installed, else the trie regex) searches texts this long, and every text after this many:
 #: compiling the regex takes tens of milliseconds, a pasted fragment is done sooner keyword by keyword
 LONG_TEXT = 4096
 HS_AFTER = 300
-#: with hyperscan, whose database loads from the user's cache in 1-3 ms, the texts tested keyword by keyword
+#: with hyperscan, whose database compiles in ~10-40 ms, the texts tested keyword by keyword
 #: are at most this many keyword tests (~0.13 us each): 55 texts for the rules' ~360 keywords, not 300
 SMALL_TESTS = 20_000
 #: BlockPattern leaves shorter ranges to the regex (about 1.5 ms for 64 KiB of the worst pattern, no match;
@@ -306,10 +305,8 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool | Sequenc
     `caseless`: for every word, or one flag a word. `patterns`: regexes (case-sensitive) searched in the same
     pass, ids following the words'.
 
-    Compiling one takes 100-150 ms for the prefilter's ~300 keywords, more than a whole small diagnosis, so
-    the compiled form is kept in the user's cache (datafiles), keyed by the words, the flags and hyperscan's
-    version, and only used if it finds every word in a probe text (a corrupt file, or a database built for
-    another CPU, is compiled afresh). Callers honour VLLM_DOCTOR_PURE_PYTHON=1 (no hyperscan).
+    Compiling one takes ~170 ms for the prefilter's ~300 keywords, which only an input past the reader's small
+    input size builds (a log that takes seconds). Callers honour VLLM_DOCTOR_PURE_PYTHON=1 (no hyperscan).
     """
     if not words:
         return None
@@ -322,45 +319,21 @@ def literal_database(name: str, words: Sequence[bytes], caseless: bool | Sequenc
     flags = [(hyperscan.HS_FLAG_CASELESS if c else 0) | single
              for c in ([caseless] * len(words) if isinstance(caseless, bool) else caseless)]
     expressions = [*(b"".join(b"\\x%02x" % c for c in w) for w in words), *patterns]
-    return stored_database(name, expressions, flags + [0] * len(patterns), lambda db: _finds_every_word(db, words))
+    return compiled_database(expressions, flags + [0] * len(patterns))
 
 
-def stored_database(name: str, expressions: Sequence[bytes], flags: Sequence[int],
-                    check: Callable[[Any], bool] | None = None) -> Any:
-    """A hyperscan block-mode database of `expressions` (id = index): the compiled form kept in the user's cache
-    under `name`, keyed by the expressions, their flags and hyperscan's version, when it loads (and passes
-    `check`), else compiled now and kept for the next run; None when hyperscan cannot build it."""
+def compiled_database(expressions: Sequence[bytes], flags: Sequence[int]) -> Any:
+    """A hyperscan block-mode database of `expressions` (id = index), compiled in this process (nothing is read
+    from disk); None when hyperscan cannot build it."""
     import hyperscan
 
-    from diagnoser import datafiles
-
-    key = datafiles.content_key([f"hyperscan {hyperscan.__version__} {' '.join(map(str, flags))}".encode(),
-                                 *expressions])
-    stored = datafiles.read_blob(name, key)
-    if stored is not None:
-        try:
-            db = hyperscan.loadb(stored, hyperscan.HS_MODE_BLOCK)
-            db.scratch = hyperscan.Scratch(db)  # a loaded database comes without one (compile() makes it)
-            if check is None or check(db):
-                return db
-        except Exception:  # noqa: BLE001 - corrupt, truncated, or for another platform: compile it again
-            pass
     try:
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         db.compile(expressions=list(expressions), ids=list(range(len(expressions))), elements=len(expressions),
                    flags=list(flags))
     except Exception:  # noqa: BLE001 - a broken or too-old build, or a pattern it refuses: the regex is there
         return None
-    with contextlib.suppress(Exception):  # a database that cannot be serialized is simply not cached
-        datafiles.write_blob(name, key, hyperscan.dumpb(db))
     return db
-
-
-def _finds_every_word(db: Any, words: Sequence[bytes]) -> bool:
-    """The database reports each word's id on a text holding every word (what a stale or foreign copy fails)."""
-    found: set[int] = set()
-    db.scan(b"\n".join(words), match_event_handler=lambda i, _s, _e, _f, _c: found.add(i))
-    return {i for i in found if i < len(words)} == set(range(len(words)))  # (a pattern may match the probe too)
 
 
 _HS_DBS: dict[tuple[str, ...], Any] = {}
@@ -465,11 +438,6 @@ class BlockPattern:
             import hyperscan
         except ImportError:  # no extra: the regex is always right
             return None
-        from diagnoser import datafiles
-
         flag = hyperscan.HS_FLAG_CASELESS if self.pattern.flags & re.IGNORECASE else 0
-        # compiling takes 1-8 ms a pattern, loading the kept one a tenth of that; each pattern's file has a name of
-        # its own (datafiles keeps a few copies a name: another hyperscan's, not the other patterns')
-        name = "hs-pattern-" + datafiles.content_key([self.pattern.pattern])[:12]
-        self._hs = stored_database(name, [self.pattern.pattern], [flag])
+        self._hs = compiled_database([self.pattern.pattern], [flag])  # 1-8 ms a pattern
         return self._hs

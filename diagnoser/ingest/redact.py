@@ -35,6 +35,7 @@ that lower-cases character for character; the lower-cased copy follows the subst
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -54,8 +55,11 @@ MARK_START = "«redacted:"
 _KEY_CORE = (
     r"(?i:[a-z0-9_]*?(?:api[_-]?key|access[_-]?key|secret(?:[_-]?(?:access[_-]?)?key)?|passw(?:or)?d"
     r"|(?:hf|hub|hugging_?face(?:_hub)?|access|auth|api|bearer|refresh|session|id|github|gh|wandb|vllm"
-    r"|openai|npm|pypi|ci_job)_token))"
-    r"|(?-i:[A-Z][A-Z0-9_]*_(?:TOKEN|SECRET|SECRET_KEY|PASSWORD|API_KEY|ACCESS_KEY))"
+    r"|openai|npm|pypi|ci_job)_token"
+    r"|(?:account|storage|primary|secondary|master|subscription|shared[_-]?access|signing|encryption)[_-]?key"
+    r"|shared[_-]?access[_-]?signature))"
+    r"|(?-i:[A-Z][A-Z0-9_]*_(?:TOKEN|SECRET|SECRET_KEY|PASSWORD|API_KEY|ACCESS_KEY|ACCOUNT_KEY|STORAGE_KEY"
+    r"|MASTER_KEY|SUBSCRIPTION_KEY|SIGNING_KEY|PRIVATE_KEY))"
 )
 #: `key: value` / `key=value` / `'key': 'value'` / `"KEY": "value"`; the value is a list, a quoted string
 #: or a bare word.
@@ -74,15 +78,38 @@ FLAG = re.compile(
 SECRET_WORDS = ("token", "password", "passwd", "secret", "apikey", "hftoken", "credential", "credentials")
 EXACT_SECRET_FLAGS = {"api-key", "hf-token", "token", "password", "secret", "access-token", "key", "api-token",
                       "auth-token", "secret-key", "access-key", "passwd", "pwd"}
-#: `Authorization: Bearer X`, `'Authorization': 'Basic X'`, `authorization=X`.
+#: one `name=value` parameter of an Authorization credential (Digest, AWS4-HMAC-SHA256, OAuth 1.0); a quoted value
+#: may have its quotes escaped (the header inside JSON)
+_AUTH_PARAM = r"[\w.+/~-]+=(?:\\?\"(?:[^\"\\]|\\.)*?\\?\"|[^\s'\",)}\]]+)"
+#: `Authorization: SCHEME CREDENTIAL` under any scheme (`Bearer`, `Api-Key`, `SharedKey`, `Bot`, `Digest` with its
+#: parameters...), also `authorization=X`, `'Authorization': 'X'` and a headers list's `('Authorization', 'X')`.
 AUTH_HEADER = re.compile(
-    r"(?i)(?<![\w-])(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?P<scheme>(?:bearer|basic|token)\s+)?"
-    r"(?P<val>[^\s'\",;)}\]]+)"
+    r"(?i)(?<![\w-])(?:proxy-)?authorization(?:['\"]?\s*[:=]|['\"]\s*,)\s*['\"]?"
+    r"(?:(?P<scheme>[A-Za-z][\w.+-]{0,39})\s+)?"
+    r"(?P<val>" + _AUTH_PARAM + r"(?:\s*,?\s*" + _AUTH_PARAM + r")*|[^\s'\",;)}\]]+)"
 )
+#: Authorization schemes (lower case) shown as they are: the IANA registry's and the vendors' own. Any other word
+#: before a credential may be part of it, and goes with it.
+AUTH_SCHEMES = frozenset({
+    "basic", "bearer", "digest", "dpop", "gnap", "hoba", "mutual", "negotiate", "ntlm", "oauth", "privatetoken",
+    "scram-sha-1", "scram-sha-256", "vapid", "aws4-hmac-sha256", "aws4-ecdsa-p256-sha256", "hmac-sha256",
+    "token", "api-key", "apikey", "key", "sharedkey", "sharedkeylite", "bot", "ssws", "googlelogin", "splunk",
+    "jwt", "mac", "hawk", "signature", "klaviyo-api-key", "zoho-oauthtoken", "sso-key", "client-id", "kerberos",
+    "otp", "sk", "secret", "credential", "credentials", "pat", "access-token", "bearer-token"})
 #: A lone `Bearer X` with a token-shaped X (has a digit, 8+ characters): not "Bearer authentication".
 BEARER = re.compile(r"(?i)(?<![\w-])bearer\s+(?P<val>(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,})")
-#: `x-api-key: X` and `api-key: X` headers.
-HEADER_KEY = re.compile(r"(?i)(?<![\w-])(?:x-)?api-key['\"]?\s*[:=]\s*['\"]?(?P<val>[^\s'\",;)}\]]+)")
+#: Credential headers: `x-api-key: X`, `api-key: X`, any dashed name ending in token / secret / password /
+#: credential(s) (`X-Auth-Token`, `Private-Token`, `X-Vault-Token`, `api-token`), an `x-` header ending in key / auth
+#: / signature (`X-Goog-Api-Key`, `X-Registry-Auth`), and the keys named for what they open
+#: (`Ocp-Apim-Subscription-Key`, `X-Functions-Key`). Led by a letter or digit with no word character or `-` before it.
+HEADER_KEY = re.compile(
+    r"(?i)(?<![\w-])(?P<key>x-(?:[a-z0-9]+-)*(?:key|auth|token|secret|signature|password|credentials?)"
+    r"|(?:[a-z0-9]+-)+(?:token|secret|password|passwd|pass|credentials?)"
+    r"|(?:[a-z0-9]+-)*api-?key"
+    r"|(?:[a-z0-9]+-)*(?:subscription|access|secret|private|account|master|functions|client|app|auth|signing"
+    r"|license)-key)"
+    r"['\"]?\s*[:=]\s*['\"]?(?P<val>[^\s'\",;)}\]]+)"
+)
 #: The password of `scheme://user:password@host` (user may be empty: `redis://:pw@host`); the password
 #: runs to the last `@` before the host, so one holding `/` or `@` is taken whole.
 #: A credential in a URL's query string (`?token=`, `&sig=`, `X-Amz-Signature=`, `?key=`), also in an access
@@ -95,7 +122,14 @@ URL_QUERY = re.compile(
 #: A random-looking user name in a URL with no password (`https://TOKEN@host`, how some git hosts take one).
 URL_USER = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<val>[A-Za-z0-9_.~+-]{16,})@")
 #: A PEM private key: its header, the base64 on the line, and (by the hard-wrap carry) the lines after it.
-PRIVATE_KEY = re.compile(r"(?P<head>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)(?P<val>[A-Za-z0-9+/=\s\\]*)")
+PRIVATE_KEY = re.compile(r"(?P<head>-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)(?P<val>[A-Za-z0-9+/=\s\\]*)")
+#: The end of a private key block (PEM, OpenSSH, PGP); every line before it is part of the key.
+PRIVATE_KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+#: A log line's header: a key block that never ends is over where the log goes on (it cannot hide the log).
+_LOG_HEADER = re.compile(r"(?:^|\s)(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d"
+                         r"|^Traceback \(most recent call last\)")
+#: Lines a key block may hold at most (a 4096-bit PGP key with its armour: ~110).
+KEY_BLOCK_LINES = 400
 URL_PASSWORD = re.compile(
     r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"«»]*:(?P<val>[^\s'\"«»]+)@(?=[^\s@/'\"«»]+(?:[/?#:\s'\",;)\]]|$))"
 )
@@ -125,9 +159,26 @@ ISSUED_TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = tuple(
         ("aws_access_key_id", ("akia", "asia"), r"(?<![A-Za-z0-9])(?P<val>(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])"),
         # JSON Web Tokens: base64url header `eyJ`, payload and (possibly empty) signature
         ("jwt", ("eyj",), r"(?<![\w-])(?P<val>eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"),
-        ("slack_token", ("xox",), r"(?<![\w-])(?P<val>xox[abposr]-[A-Za-z0-9-]{10,})"),
+        ("slack_token", ("xox", "xapp-"), r"(?<![\w-])(?P<val>(?:xox[abposr]|xapp)-[A-Za-z0-9-]{10,})"),
         ("google_api_key", ("aiza",), r"(?<![\w-])(?P<val>AIza[0-9A-Za-z_-]{35})"),
         ("nvidia_api_key", ("nvapi-",), r"(?<![\w-])(?P<val>nvapi-[A-Za-z0-9_-]{20,})"),
+        ("gitlab_token", ("glpat-", "gldt-", "glrt-", "glptt-", "glsoat-", "glcbt-"),
+         r"(?<![\w-])(?P<val>gl(?:pat|dt|rt|ptt|soat|cbt)-[A-Za-z0-9_-]{20,})"),
+        ("stripe_key", ("sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"),
+         r"(?<![\w-])(?P<val>(?:[sr]k_(?:live|test)|whsec)_[A-Za-z0-9]{16,})"),
+        ("npm_token", ("npm_",), r"(?<![\w-])(?P<val>npm_[A-Za-z0-9]{36,})"),
+        ("groq_api_key", ("gsk_",), r"(?<![\w-])(?P<val>gsk_[A-Za-z0-9]{40,})"),
+        ("docker_token", ("dckr_",), r"(?<![\w-])(?P<val>dckr_(?:pat|oat)_[A-Za-z0-9_-]{20,})"),
+        ("vault_token", ("hvs.", "hvb.", "hvr."), r"(?<![\w.-])(?P<val>hv[sbr]\.[A-Za-z0-9_-]{20,})"),
+        ("pypi_token", ("pypi-",), r"(?<![\w-])(?P<val>pypi-[A-Za-z0-9_-]{30,})"),
+        ("shopify_token", ("shpat_", "shpss_", "shpca_", "shppa_"),
+         r"(?<![\w-])(?P<val>shp(?:at|ss|ca|pa)_[A-Fa-f0-9]{32})"),
+        ("sendgrid_key", ("sg.",), r"(?<![\w.-])(?P<val>SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,})"),
+        ("replicate_token", ("r8_",), r"(?<![\w-])(?P<val>r8_[A-Za-z0-9]{30,})"),
+        ("perplexity_key", ("pplx-",), r"(?<![\w-])(?P<val>pplx-[A-Za-z0-9]{40,})"),
+        ("digitalocean_token", ("dop_v1_", "doo_v1_", "dor_v1_"), r"(?<![\w-])(?P<val>do[opr]_v1_[a-f0-9]{40,})"),
+        ("google_oauth_token", ("ya29.",), r"(?<![\w.-])(?P<val>ya29\.[A-Za-z0-9_-]{20,})"),
+        ("grafana_token", ("glc_", "glsa_"), r"(?<![\w-])(?P<val>gl(?:c|sa)_[A-Za-z0-9_=+/-]{30,})"),
     )
 )
 HF_TOKEN = ISSUED_TOKENS[0][2]
@@ -200,7 +251,7 @@ class Redactor:
             (("authoriz",), AUTH_HEADER, self._auth),
             (_FLAG_HINTS, FLAG, self._flag),
             (_KEYED_HINTS, KEYED, self._keyed),
-            (("api-key",), HEADER_KEY, self._fixed("api_key")),
+            (_HEADER_HINTS, HEADER_KEY, self._header),
             (("bearer",), BEARER, self._fixed("bearer_token")),
             *((hints, pattern, self._fixed(kind)) for kind, hints, pattern in ISSUED_TOKENS),
             (("token", "secret", "key", "passw"), ENTROPY, self._entropy),
@@ -210,8 +261,14 @@ class Redactor:
         )
         #: the kind of a secret the previous line ended in (a hard wrap may have cut it)
         self._carry: str | None = None
+        #: lines of a private key block read so far (None: not in one)
+        self._key_lines: int | None = None
 
     def __call__(self, text: str) -> str:
+        if self._key_lines is not None:
+            inside = self._in_key_block(text)
+            if inside is not None:
+                return inside
         carry, self._carry = self._carry, None
         if carry is not None:
             text = _CONTINUATION.sub(lambda m: self._continuation(m, carry), text, count=1)
@@ -261,6 +318,16 @@ class Redactor:
             text = self._carry_from(text)
         return text
 
+    def _in_key_block(self, text: str) -> str | None:
+        """A line inside a private key block: gone whole (armour headers, blank lines and checksum too); None when
+        the block is over (its END line, a log line, or KEY_BLOCK_LINES), and the line is read as any other."""
+        assert self._key_lines is not None
+        self._key_lines += 1
+        if PRIVATE_KEY_END.search(text) or _LOG_HEADER.search(text) or self._key_lines > KEY_BLOCK_LINES:
+            self._key_lines = None
+            return None
+        return MARK.format(kind="private_key") if text.strip() else text
+
     def _carry_from(self, text: str) -> str:
         """Note a line that ends inside a secret, so the next line's first word is taken as its rest."""
         m = _ENDS_IN_MARK.search(text)
@@ -288,6 +355,12 @@ class Redactor:
     # -- handlers: each returns the match with its `val` group replaced (or unchanged) --
 
     def _mark(self, m: re.Match[str], kind: str, group: str = "val") -> str:
+        if group == "scheme_val":
+            if _plain(m.group("val")):
+                return m.group(0)
+            self.counts[kind] += 1
+            base, whole = m.start(), m.group(0)
+            return whole[: m.start("scheme") - base] + MARK.format(kind=kind) + whole[m.end("val") - base:]
         value = m.group(group)
         quoted = _QUOTES.fullmatch(value)  # 'x', "x", and JSON-in-JSON's \"x\"
         inner = quoted.group(2) if quoted else value
@@ -311,8 +384,9 @@ class Redactor:
         return self._keyed(m)
 
     def _private_key(self, m: re.Match[str]) -> str:
-        """The header stays, what follows it goes; the marker at the end carries onto the key's next lines."""
+        """The header stays, what follows it goes, and so does every line up to the block's END line."""
         self.counts["private_key"] += 1
+        self._key_lines = 0
         return f"{m.group('head')} {MARK.format(kind='private_key')}"
 
     def _cookie(self, m: re.Match[str]) -> str:
@@ -337,8 +411,15 @@ class Redactor:
         return lambda m: self._mark(m, kind)
 
     def _auth(self, m: re.Match[str]) -> str:
-        scheme = (m.group("scheme") or "").strip().lower()
-        return self._mark(m, "basic_auth" if scheme == "basic" else "bearer_token")
+        scheme = (m.group("scheme") or "").lower()
+        kind = "basic_auth" if scheme == "basic" else "bearer_token"
+        if scheme and scheme not in AUTH_SCHEMES:
+            return self._mark(m, kind, "scheme_val")  # an unknown first word may be the credential itself
+        return self._mark(m, kind)
+
+    def _header(self, m: re.Match[str]) -> str:
+        key = m.group("key").lower()
+        return self._mark(m, "api_key" if key.endswith("key") else "token")
 
     def _keyed(self, m: re.Match[str]) -> str:
         value = m.group("val")
@@ -369,6 +450,24 @@ class Redactor:
     def total(self) -> int:
         return sum(self.counts.values())
 
+    def value(self, text: str) -> str:
+        """One value on its own (a JSON string, a list item): no hard-wrap carry or key block in or out."""
+        saved = self._carry, self._key_lines
+        self._carry = self._key_lines = None
+        try:
+            return self(text)
+        finally:
+            self._carry, self._key_lines = saved
+
+    def secret_value(self, key: str, value: str) -> str | None:
+        """The marker for `value` under a secret-named `key` (a setting, a dict key, a flag), counted; None when
+        the key is not secret-named or the value is not a secret (None, empty, `$VAR`, a marker)."""
+        if not secret_key(key) or _plain(value):
+            return None
+        kind = _value_kind(value.strip()) or _key_kind(key.strip("-"))
+        self.counts[kind] += 1
+        return MARK.format(kind=kind)
+
 
 _QUOTED = re.compile(r"(['\"])((?:[^\\]|\\.)*?)\1")
 _QUOTES = re.compile(r"(\\*['\"])(.*)\1", re.S)
@@ -378,15 +477,20 @@ _PARTIAL_HINTS = ("hf_", "api_org_", "sk-", "gh", "github_pat_", "xox", "aiza", 
 _FLAG_HINTS = ("--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--access", "--key", "--auth", "--cred",
                "-key", "_key", "-kye", "-token", "_token", "-secret", "_secret", "-pass", "_pass", "-pwd", "-api")
 #: Lower-case substrings a line must hold for KEYED to have a chance.
-_KEYED_HINTS = ("key", "secret", "passw", "passwd", "_token", "token'", 'token"', "token=", "token:", "token ")
+_KEYED_HINTS = ("key", "secret", "passw", "passwd", "_token", "token'", 'token"', "token=", "token:", "token ",
+                "signature")
 #: The cheap pre-check: a line holding none of these cannot match any pattern (every pattern's hints
 #: contain one of them). "token" is common in vLLM lines (tokens/s, max_num_batched_tokens), so it is only a
 #: hint in the spellings a secret-named key takes.
 _TOKEN_HINTS = ("_token", "token'", 'token"', "token=", "token:", "token ")
+#: HEADER_KEY's hints: each of its names ends in one of these
+_HEADER_HINTS = ("-token", "-key", "-secret", "-auth", "-signature", "-pass", "-credential", "api-key", "apikey")
 _FLAT_HINTS = ("key", "secret", "passw", "://", "authoriz", "bearer", "hf_", "api_org_", "sk-", "ghp_", "gho_",
                "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "eyj", "xox", "aiza", "nvapi-", "cookie",
                "--api", "--hf", "--tok", "--pas", "--pw", "--sec", "--cred", "--auth",
-               "-key", "-kye", "-token", "-pass", "_pass", "-pwd", "-api", "?", "private key")
+               "-key", "-kye", "-token", "-pass", "_pass", "-pwd", "-api", "?", "private key",
+               "-auth", "signature", "-credential",
+               *(h for _kind, hints, _p in ISSUED_TOKENS for h in hints))
 
 
 def secret_flag(name: str) -> bool:
@@ -410,6 +514,84 @@ def secret_flag(name: str) -> bool:
     return lookup("--" + low) is None
 
 
+_SECRET_KEY = re.compile(_KEY_CORE)
+
+
+def secret_key(key: str) -> bool:
+    """Whether a setting, dict key or flag name (`api_key`, `HF_TOKEN`, `--api-key`, `X-Auth-Token`) names a secret.
+
+    >>> [secret_key(k) for k in ("api_key", "--api-key", "HF_TOKEN", "X-Auth-Token", "model", "max_num_batched_tokens")]
+    [True, True, True, True, False, False]
+    """
+    name = key.strip()
+    if name.startswith("-"):
+        return secret_flag(name.lstrip("-"))
+    return bool(_SECRET_KEY.fullmatch(name) or HEADER_KEY.match(name + ": x")) or secret_flag(name)
+
+
+def redact_value(value: Any, redactor: Redactor, _depth: int = 0) -> Any:
+    """A copy of `value` (dicts, lists, tuples, strings) with every string redacted on its own, before anything is
+    serialised: a string under a secret-named key, or after a secret flag in a list (`["--api-key", "x y"]`),
+    goes whole. Serialising the result never needs the serialised text redacted (which breaks JSON escapes)."""
+    if isinstance(value, str):
+        return redactor.value(value)
+    if _depth > 50:
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            mark = redactor.secret_value(k, v) if isinstance(k, str) and isinstance(v, str) else None
+            out[k] = mark if mark is not None else redact_value(v, redactor, _depth + 1)
+        return out
+    if isinstance(value, list | tuple):
+        items: list[Any] = []
+        for i, v in enumerate(value):
+            prev = value[i - 1] if i else None
+            mark = (redactor.secret_value(prev, v) if isinstance(prev, str) and prev.startswith("-")
+                    and isinstance(v, str) and "=" not in prev else None)
+            items.append(mark if mark is not None else redact_value(v, redactor, _depth + 1))
+        return items if isinstance(value, list) else type(value)(items)
+    return value
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def looks_like_json(line: str) -> bool:
+    """A line of JSON output (a JSON Lines document, a line of an indented one): it starts with `{`, `[`, `]`,
+    `}` or a string, and holds a string."""
+    head = line.lstrip()[:1]
+    return head in ('{', '[', '"', '}', ']') and '"' in line
+
+
+def redact_json_line(line: str, redactor: Redactor) -> str:
+    """One line of JSON output with each string value redacted on its decoded text, and re-encoded: the line stays
+    valid JSON whatever the secret holds (quotes, backslashes). A value under a secret-named key goes whole; keys,
+    numbers and punctuation are kept."""
+    out: list[str] = []
+    pos = 0
+    key: str | None = None
+    for m in _JSON_STRING.finditer(line):
+        between = line[pos:m.start()]
+        out.append(between)
+        pos = m.end()
+        raw = m.group(0)
+        try:
+            text = json.loads(raw)
+        except ValueError:
+            out.append(raw)
+            continue
+        if line[m.end():].lstrip().startswith(":"):  # a key: kept, and remembered for its value
+            key, new = text, text
+        else:
+            mark = redactor.secret_value(key, text) if key is not None and between.strip() == ":" else None
+            new = mark if mark is not None else redactor.value(text)
+            key = None
+        out.append(raw if new == text else json.dumps(new, ensure_ascii=False))
+    out.append(line[pos:])
+    return "".join(out)
+
+
 def high_entropy(value: str) -> bool:
     """Random-looking: 16+ characters mixing classes, about 3.5+ bits of entropy per character.
 
@@ -429,14 +611,14 @@ def high_entropy(value: str) -> bool:
 _MAYBE = frozenset(_FLAT_HINTS + _TOKEN_HINTS)
 #: every hint any rule or the pre-check asks about, found in one pass over a long text
 _HINTS = KeywordIndex([[h] for h in sorted(_MAYBE | {h for hints in (
-    ("://",), ("cookie",), ("authoriz",), _FLAG_HINTS, _KEYED_HINTS, ("api-key",), ("bearer",),
+    ("://",), ("cookie",), ("authoriz",), _FLAG_HINTS, _KEYED_HINTS, _HEADER_HINTS, ("bearer",),
     *(hints for _kind, hints, _p in ISSUED_TOKENS), ("token", "secret", "key", "passw")) for h in hints})])
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789+.-")
 #: patterns whose every match starts at one of its hints (or this many characters before it: `proxy-`,
 #: `set-`, `x-`; `api` of `apikey`), in a text where _same_positions holds
 _HINT_STARTS: dict[Any, tuple[int, ...]] = {
-    AUTH_HEADER: (0, len("proxy-")), COOKIE: (0, len("set-")), HEADER_KEY: (0, len("x-")), BEARER: (0,),
+    AUTH_HEADER: (0, len("proxy-")), COOKIE: (0, len("set-")), BEARER: (0,),
     ENTROPY: (0, len("api")), **{pattern: (0,) for _kind, _hints, pattern in ISSUED_TOKENS}}
 #: patterns that start at the scheme before a `://`
 _SCHEME_PATTERNS = (URL_PASSWORD, URL_USER)

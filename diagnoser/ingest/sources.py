@@ -4,6 +4,12 @@ Compression is recognised by its magic bytes, not the file name (a rotated `serv
 gzip and bzip2 and xz from the standard library; zstandard when the optional `zstandard` package is
 installed (`pip install 'vllm-log-doctor[zstd]'`), else a one-line error that says so. Everything streams:
 nothing is decompressed to memory or disk as a whole.
+
+A compressed log expands to at most MAX_DECOMPRESSED bytes, and past its first RATIO_AFTER bytes to at most
+MAX_RATIO times the compressed bytes read so far: a decompression bomb (a 785-byte .bz2 of 1 GB of zeros) is a
+one-line error after a second, not minutes of work. `--max-decompressed SIZE` (VLLM_DOCTOR_MAX_DECOMPRESSED, which
+the CLI sets so that scan's workers see it too) sets the byte cap and lifts the ratio cap: the user vouches for
+the file.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
-from diagnoser.errors import InputError
+from diagnoser.errors import InputError, LimitError, UsageError
 
 GZIP = b"\x1f\x8b"
 BZIP2 = b"BZh"
@@ -23,6 +29,102 @@ ZSTD = b"\x28\xb5\x2f\xfd"
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zstd")
 #: top-level modules of the decompressors' own exception types (zlib.error, lzma.LZMAError, zstandard.ZstdError)
 CODEC_MODULES = ("zlib", "_lzma", "zstd", "zstandard")
+#: bytes a compressed log may expand to (real logs compress 10-40x; a 16 GiB log takes minutes to read)
+MAX_DECOMPRESSED = 16 << 30
+#: past RATIO_AFTER bytes out, at most this many bytes out per compressed byte in (gzip's own limit is ~1032)
+MAX_RATIO = 1000
+RATIO_AFTER = 32 << 20
+#: the environment variable that carries --max-decompressed (to scan's worker processes too)
+CAP_ENV = "VLLM_DOCTOR_MAX_DECOMPRESSED"
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 10**3, "m": 1 << 20, "mib": 1 << 20, "mb": 10**6,
+               "g": 1 << 30, "gib": 1 << 30, "gb": 10**9, "t": 1 << 40, "tib": 1 << 40, "tb": 10**12}
+
+
+def parse_cap(text: str) -> int:
+    """A --max-decompressed size in bytes: a number with an optional unit (K/M/G/T = KiB/MiB/GiB/TiB, KB/MB/GB
+    are powers of ten).
+
+    >>> parse_cap("256KiB"), parse_cap("1G"), parse_cap("1000")
+    (262144, 1073741824, 1000)
+    """
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _SIZE_UNITS or float(m.group(1)) * _SIZE_UNITS[unit] < 1:
+        raise UsageError(f"--max-decompressed {text}: not a size; give bytes or a size such as 20GiB or 500MB")
+    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+def human_size(n: int) -> str:
+    """A byte count in the largest binary unit that divides it.
+
+    >>> human_size(262144), human_size(16 << 30), human_size(1000)
+    ('256 KiB', '16 GiB', '1000 bytes')
+    """
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def decompression_cap() -> tuple[int, int | None]:
+    """(byte cap, ratio cap or None): the defaults, or what --max-decompressed set (no ratio cap then)."""
+    given = os.environ.get(CAP_ENV)
+    if given:
+        return parse_cap(given), None
+    return MAX_DECOMPRESSED, MAX_RATIO
+
+
+class _Counted(io.RawIOBase):
+    """The compressed bytes as read by a decompressor, counted."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self._raw.read(len(b))
+        n = len(data)
+        b[:n] = data
+        self.count += n
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _Capped(io.RawIOBase):
+    """A decompressed stream that stops with a LimitError (one line, the file and the flag) past the caps."""
+
+    def __init__(self, stream: BinaryIO, counted: _Counted, name: str) -> None:
+        self._stream, self._counted, self._name = stream, counted, name
+        self._cap, self._ratio = decompression_cap()
+        self.out = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self._stream.read(len(b))
+        n = len(data)
+        b[:n] = data
+        self.out += n
+        if self.out > self._cap:
+            raise LimitError(f"{self._name}: decompresses to more than {human_size(self._cap)}; if the log is "
+                             "really that big, raise the cap with --max-decompressed SIZE")
+        if self._ratio is not None and self.out > RATIO_AFTER and self.out > self._ratio * max(1, self._counted.count):
+            raise LimitError(f"{self._name}: decompresses to more than {self._ratio} times its size (a "
+                             "decompression bomb?); if it is a real log, allow it with --max-decompressed SIZE")
+        return n
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
 
 
 def compression_of(head: bytes) -> str | None:
@@ -115,21 +217,25 @@ def decompressed(raw: BinaryIO, name: str) -> BinaryIO:
         raw = io.BufferedReader(raw)  # type: ignore[arg-type,type-var]
     head = raw.peek(8)[:8]  # type: ignore[attr-defined]
     kind = compression_of(head)
+    if kind is None:
+        return raw
+    counted = _Counted(raw)
+    source: BinaryIO = counted  # type: ignore[assignment]
     if kind == "gzip":
         import gzip
 
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    if kind == "bzip2":
+        stream: BinaryIO = gzip.GzipFile(fileobj=source, mode="rb")  # type: ignore[assignment]
+    elif kind == "bzip2":
         import bz2
 
-        return bz2.BZ2File(raw, "rb")  # type: ignore[return-value]
-    if kind == "xz":
+        stream = bz2.BZ2File(source, "rb")  # type: ignore[assignment]
+    elif kind == "xz":
         import lzma
 
-        return lzma.LZMAFile(raw, "rb")  # type: ignore[return-value]
-    if kind == "zstd":
-        return _zstd_reader(raw, name)
-    return raw
+        stream = lzma.LZMAFile(source, "rb")  # type: ignore[assignment]  # noqa: SIM115 - closed by _Capped
+    else:
+        stream = _zstd_reader(source, name)
+    return io.BufferedReader(_Capped(stream, counted, name), buffer_size=1 << 20)  # type: ignore[return-value]
 
 
 def is_codec_error(exc: BaseException) -> bool:
@@ -143,6 +249,8 @@ def read_error(name: str, exc: BaseException) -> InputError | None:
     >>> str(read_error("a.log.gz", EOFError("Compressed file ended before the end-of-stream marker")))
     'a.log.gz: cannot read (truncated: Compressed file ended before the end-of-stream marker)'
     """
+    if isinstance(exc, InputError):
+        return exc  # already one line naming the file (a decompression cap)
     if isinstance(exc, EOFError):
         return InputError(f"{name}: cannot read (truncated: {exc})")
     if isinstance(exc, OSError) or is_codec_error(exc):

@@ -44,6 +44,18 @@ VLLM_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _ASCTIME = re.compile(r"(?:\d{4}-)?(\d\d)-(\d\d)[T ](\d\d:\d\d:\d\d)")
 
 
+#: lone surrogates that a JSON `\\ud800` escape decodes to and UTF-8 cannot hold (U+DC80-U+DCFF are the bytes
+#: that surrogateescape kept: those go back to their bytes)
+_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+def _encoded(text: str) -> bytes:
+    """A decoded record's text as bytes again: invalid bytes kept as they came, a lone surrogate as U+FFFD."""
+    if _LONE_SURROGATE.search(text):
+        text = _LONE_SURROGATE.sub("\ufffd", text)
+    return text.encode("utf-8", errors="surrogateescape")
+
+
 class Decoder:
     """Per-stream state: the piece of a line a shipper split over several records (Docker, CRI)."""
 
@@ -91,7 +103,7 @@ class Decoder:
                 continue
             changed = True
             for text in texts:
-                out.append(text.encode("utf-8", errors="surrogateescape"))
+                out.append(_encoded(text))
                 line_map.append(index)
         if not changed:
             return block, None
@@ -107,7 +119,7 @@ class Decoder:
 
     def flush(self) -> bytes:
         """What is still pending at the end of the input (a partial line whose end never came)."""
-        rest = [t.encode("utf-8", errors="surrogateescape") for t in self.pending.values() if t]
+        rest = [_encoded(t) for t in self.pending.values() if t]
         if self.pending_cri:
             rest.append(self.pending_cri)
         self.pending.clear()
@@ -190,7 +202,7 @@ class Decoder:
             text = text[:-1]
         stripped = text.lstrip()
         if depth < MAX_DEPTH and stripped.startswith('{"'):
-            m = JSON_LINE.match(stripped.encode("utf-8", errors="surrogateescape"))
+            m = JSON_LINE.match(_encoded(stripped))
             if m is not None:
                 try:
                     obj = json.loads(stripped)
@@ -311,7 +323,7 @@ def _pretty(block: bytes) -> tuple[bytes, list[int]]:
                 text = None
             if isinstance(text, str):
                 for part in text.rstrip("\n").split("\n"):
-                    out.append(part.encode("utf-8", errors="surrogateescape"))
+                    out.append(_encoded(part))
                     line_map.append(index)
                 continue
         if PRETTY_SYNTAX.match(raw):

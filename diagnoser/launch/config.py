@@ -66,21 +66,29 @@ def from_config(data: dict[Any, Any], line: int) -> Launch:
     return Launch(line, "vllm-config", ["vllm", "serve", *tokens], notes)
 
 
-def _find(config: str, base: Path | None) -> Path | None:
-    """vLLM opens the path from its working directory; a script usually runs beside its config."""
-    if Path(config).is_absolute():
-        candidates = [Path(config)]
-    else:
-        candidates = [p for p in ((base / config) if base else None, Path(config)) if p is not None]
-    return next((p for p in candidates if p.is_file()), None)
+def _find(config: str, base: Path | None) -> tuple[Path | None, str | None]:
+    """The file `--config` names, resolved only inside the launch file's own folder tree `base`: (path, None),
+    or (None, why not). An absolute path, `~`, a `..` or a symlink that leads out of it is never opened: a launch
+    file from a pull request must not make the doctor read (and print) ~/.docker/config.json."""
+    config = config.strip("'\"")
+    if base is None:
+        return None, "no folder to resolve it in"
+    if config.startswith("~") or Path(config).is_absolute():
+        return None, "outside the launch file's folder (an absolute or home path), so it was not read"
+    root = base.resolve()
+    target = (root / config).resolve()  # symlinks and `..` resolved: where the open would really land
+    if not target.is_relative_to(root):
+        return None, "outside the launch file's folder (through `..` or a symlink), so it was not read"
+    if not target.is_file():
+        return None, f"not found here, so its settings are not planned (plan it too: --from-file {config})"
+    return target, None
 
 
 def merge_config(args: list[str], config: str, base: Path | None, notes: list[str]) -> list[str]:
     """`--config FILE`: its settings under the command line's `args` (vLLM: the command line wins)."""
-    path = _find(config, base)
+    path, why = _find(config, base)
     if path is None:
-        notes.append(f"--config {config}: not found here, so its settings are not planned (plan it too: "
-                     f"--from-file {config})")
+        notes.append(f"--config {config}: {why}")
         return args
     try:
         data = safeyaml.load(path.read_text(encoding="utf-8"))
@@ -96,7 +104,11 @@ def merge_config(args: list[str], config: str, base: Path | None, notes: list[st
         flag = lookup(name)
         return (flag is not None and flag.name in names) or (name == "--model" and given.model is not None)
 
-    extra, _ = config_tokens({k: v for k, v in data.items() if not overridden(k)})
-    notes.extend(config_tokens(data)[1])
+    known = {k: v for k, v in data.items() if lookup(_flag_key(k)) is not None}
+    extra, _ = config_tokens({k: v for k, v in known.items() if not overridden(k)})
+    # a key vLLM does not know makes it refuse to start: named as the flag it becomes, never with its value
+    # (the file may be a credential store that only looks like a config)
+    extra += [_flag_key(k) for k in data if k not in known]
+    notes.extend(config_tokens(known)[1])
     notes.append(f"settings of --config {config} included (the command line's win)")
     return [*args, *extra]

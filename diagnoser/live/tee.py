@@ -6,7 +6,9 @@ diagnosis (pread, behind the copy); a pipe is copied chunk by chunk as read, and
 an anonymous temporary file that the diagnosis reads behind the copy the same way (the copy never waits for
 the diagnosis; no temporary file, or a full disk: the chunks are queued in memory instead, at most
 MAX_BEHIND bytes, then the copy waits: memory stays bounded, nothing is lost).
-The diagnosis never reads a byte before it has been copied.
+The diagnosis never reads a byte before it has been copied. What it has read of the temporary file is given
+back (a hole punched behind it, RECLAIM bytes at a time), so the disk (RAM, on a tmpfs `/tmp`) holds the
+distance between the copy and the diagnosis, not the whole log until exit.
 
 Light to import (the standard library only): the CLI starts the copy before the rules load, so the first
 bytes pass at once.
@@ -48,6 +50,7 @@ STALL = 0.05           #: a file's copy that made no progress this long waits fo
 HEAD_START = 2.0       #: seconds a file's copy runs alone at most (then the diagnosis reads beside it)
 BURST = 1 << 20        #: bytes a pipe's copy must be ahead before the diagnosis gives way to it (a log written
                        #: line by line never is: its findings are not delayed)
+RECLAIM = 4 << 20      #: bytes of the spill file read by the diagnosis before they are given back (a punched hole)
 
 
 class Tee:
@@ -135,6 +138,35 @@ def spill_write(fd: int, data: memoryview) -> int:
     return os.write(fd, data)
 
 
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Give the file system back `length` bytes of the file from `offset` (Linux fallocate with
+    FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: ext4, xfs, btrfs, tmpfs); False where that is not possible."""
+    fallocate = _fallocate()
+    if fallocate is None:
+        return False
+    return fallocate(fd, 0x01 | 0x02, offset, length) == 0
+
+
+_FALLOCATE: list = []
+
+
+def _fallocate():  # noqa: ANN202 - a ctypes function, or None
+    """libc's fallocate(2) (Python's os module has only posix_fallocate, which cannot punch holes)."""
+    if not _FALLOCATE:
+        found = None
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(Exception):
+                import ctypes
+                import ctypes.util
+
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+                found = libc.fallocate
+                found.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+                found.restype = ctypes.c_int
+        _FALLOCATE.append(found)
+    return _FALLOCATE[0]
+
+
 def spill_splice(src: int, fd: int, count: int) -> int:
     """Move up to `count` bytes from the input pipe into the spill file in the kernel (no copy through
     Python, one trip through the GIL; a name of its own for the tests, as spill_write)."""
@@ -155,6 +187,7 @@ class PipeTee(Tee):
         self.chunks: deque[bytes] = deque()
         self.queued = 0
         self.pos = self.copied = 0   #: the spill file: read up to `pos`, written up to `copied`
+        self.reclaimed = 0           #: the spill file's first bytes given back (a hole), read long ago
         self.spill = None
         with contextlib.suppress(OSError, ImportError):
             import tempfile  # here, not at the top: only a piped --tee pays for its import
@@ -278,7 +311,20 @@ class PipeTee(Tee):
         assert self.spill is not None
         data = os.pread(self.spill.fileno(), size, self.pos)
         self.pos += len(data)
+        if self.pos - self.reclaimed >= RECLAIM:
+            self._reclaim()
         return data
+
+    def _reclaim(self) -> None:
+        """Punch a hole over what the diagnosis has read (the copy has sent it on before it counted it as copied),
+        in whole pages; where holes cannot be punched, nothing is tried again."""
+        assert self.spill is not None
+        end = self.pos & ~0xFFFF
+        if end > self.reclaimed:
+            if punch_hole(self.spill.fileno(), self.reclaimed, end - self.reclaimed):
+                self.reclaimed = end
+            else:
+                self.reclaimed = 1 << 62
 
     def stop(self) -> None:
         """Stop copying (an early verdict) and drop the spill file: a drainer forked next must not hold it."""

@@ -447,9 +447,11 @@ class Child:
             signal.signal(sig, self._forward)
 
     def _forward(self, signum: int, _frame: Any) -> None:
+        """To the command's whole process group (its session): a wrapper's children (`sh -c 'vllm serve ...'`,
+        a launcher's workers) get it too, as they would from a terminal, instead of being orphaned."""
         self.signalled = signum
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signum)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signum)
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds (the whole session: workers too)."""
@@ -562,7 +564,11 @@ def _after_command(child: Child, verdict: str, code: int, more: bool, tee: bool,
     """`run`: wait for the command that exited (its status decides when its output did not), stop it on a
     failure with --kill-on-failure, or leave it running with its output drained; returns the exit code."""
     if verdict == "exit":
-        if more:
+        if child.signalled is not None:
+            # we were told to stop: what the forwarded signal did not end goes too (a non-interactive shell starts
+            # its background jobs ignoring SIGINT), and no drainer outlives us
+            child.stop(grace=2.0)
+        elif more:
             drain_in_background(child.source.fd, tee)  # a worker of the command still holds the pipe
         rc = child.wait()
         if child.signalled is not None and code == 0:

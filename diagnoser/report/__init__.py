@@ -42,13 +42,13 @@ Renderer = Callable[..., str]
 
 def renderer(name: str) -> Renderer:
     """The render function of one format, over sanitized reports, its output checked once more."""
-    from diagnoser.report.sanitize import clean_output, no_commands, sanitized
+    from diagnoser.report.sanitize import clean_output, no_commands, no_legacy_commands, sanitized
 
     render = import_module(f"{__name__}.{FORMATS[name]}").render
 
     def safe_render(reports: list[Report], opts: dict | None = None) -> str:
         text = clean_output(render([sanitized(r) for r in reports], opts))
-        return text if name == "github" else no_commands(text)
+        return no_legacy_commands(text) if name == "github" else no_commands(text)
 
     return safe_render
 
@@ -56,12 +56,14 @@ def renderer(name: str) -> Renderer:
 def scan_writer(name: str) -> Callable[..., None]:
     """The write function of one scan format, over sanitized documents (as `renderer` gives its formats), so
     `-o FILE` is as inert as stdout."""
-    from diagnoser.report.sanitize import sanitized
+    from diagnoser.report.sanitize import OutputFilter, sanitized
 
     write = import_module(f"{__name__}.{SCAN_FORMATS[name]}").write
 
     def safe_write(docs: Any, out: Any, opts: dict | None = None) -> None:
-        write((sanitized(doc) for doc in docs), out, opts)
+        lines = OutputFilter(out, None)  # line by line: no workflow command in an -o file either
+        write((sanitized(doc) for doc in docs), lines, opts)
+        lines.flush()
 
     return safe_write
 

@@ -4,7 +4,9 @@ Per input: the environment (vLLM version, GPU, model, key flags), then each find
 and corrected command, and a few evidence lines in a fence. It is made to fit: at most MAX_FINDINGS
 findings, MAX_EVIDENCE evidence lines each, lines cut at MAX_LINE_CHARS, lines that differ only in their
 numbers collapsed, and every cut says what was left out. Fences are longer than any run of backticks in the
-text they hold, so log lines cannot close them; log-derived values elsewhere are inline code.
+text they hold, so log lines cannot close them; log-derived values elsewhere are inline code, and prose that
+can hold log-derived text (titles, advice, notes) goes through md_text(): no HTML tag, link, image or autolink
+can come out of a log.
 """
 
 from __future__ import annotations
@@ -54,6 +56,44 @@ def code(value: Any) -> str:
     ticks = "`" * (_longest_run(s, "`") + 1)
     pad = " " if s.startswith("`") or s.endswith("`") or not s else ""
     return f"{ticks}{pad}{s}{pad}{ticks}"
+
+
+#: what GitHub's Markdown turns into a link on its own (GFM autolinks), and schemes a link may run
+_URL = re.compile(r"(?i)\b(?:https?|ftp|javascript|vbscript|data|file|mailto):\S*|\bwww\.\S+")
+#: characters that start HTML, links, images or code spans (and the escape itself): escaped with a backslash
+#: (emphasis is left alone: it changes how text looks, never what it does)
+_MD_SPECIAL = re.compile(r"([\\`\[\]<])")
+_MD_SPECIAL_BUT_TICKS = re.compile(r"([\\\[\]<])")
+
+
+def md_text(text: str) -> str:
+    """Prose that may carry text from a log, as Markdown that shows it and does nothing else: URLs become code
+    spans (no autolink), and every character that could start HTML, a link or an image is escaped, and backticks
+    too unless they pair up on a line without a URL (then they only make code spans). Line breaks and `- ` list
+    items stay.
+
+    >>> print(md_text("see <b> [a](https://e.x) and https://e.x/p"))
+    see \\<b> \\[a\\](`https://e.x)` and `https://e.x/p`
+    """
+    urls = list(_URL.finditer(text))
+    # backticks in pairs, on a line with no URL, only make code spans (inert text): the advice's own `flags` stay
+    special = _MD_SPECIAL if urls or text.count("`") % 2 else _MD_SPECIAL_BUT_TICKS
+    out, pos = [], 0
+    for m in urls:
+        out += [special.sub(r"\\\1", text[pos:m.start()]), code(m.group(0))]
+        pos = m.end()
+    out.append(special.sub(r"\\\1", text[pos:]))
+    return "".join(out)
+
+
+def md_cell(value: Any) -> str:
+    """A table cell of prose: md_text on one line, `|` escaped (inside code spans too, as GFM tables need)."""
+    return md_text(" ".join(str(value).split())).replace("|", "\\|")
+
+
+def code_cell(value: Any) -> str:
+    """A table cell of inline code (a path, a model name): `|` escaped even inside the span, as GFM tables need."""
+    return code(value).replace("|", "\\|")
 
 
 def _plural(n: int, word: str) -> str:
@@ -137,19 +177,20 @@ def evidence_block(evidence: list[dict[str, Any]], limit: int = MAX_EVIDENCE) ->
 
 
 def advice_markdown(advice: str) -> str:
-    """Advice keeps its line breaks: each sentence line its own paragraph, `- ` lines a list."""
+    """Advice keeps its line breaks: each sentence line its own paragraph, `- ` lines a list; the rest is text
+    (md_text: a fact from the log cannot become HTML or a link)."""
     out: list[str] = []
     for line in advice.splitlines():
         item = line.lstrip().startswith(("- ", "* "))
         if out and out[-1] and not item:
             out.append("")
-        out.append(line)
+        out.append(md_text(line))
     return "\n".join(out)
 
 
 def _finding(fd: dict[str, Any], number: int, level: str) -> list[str]:
     label = SEVERITY_LABEL.get(fd["severity"], fd["severity"])
-    out = [f"{level} {number}. {label}: {fd['title']} ({code(fd['rule'])})", ""]
+    out = [f"{level} {number}. {label}: {md_text(fd['title'])} ({code(fd['rule'])})", ""]
     where = [f"stage {code(fd['stage'] or 'unknown')}" + (f" ({code(fd['fine_stage'])})" if fd["fine_stage"]
                                                             else "")]
     where.append(f"log line {fd['line']}" + (f"–{fd['end_line']}" if fd["end_line"] > fd["line"] else ""))
@@ -159,7 +200,7 @@ def _finding(fd: dict[str, Any], number: int, level: str) -> list[str]:
         where.append(f"seen {fd['occurrences']} times")
     out.append("*" + " · ".join(where) + "*")
     if fd.get("numbers"):
-        shown = (f"{label} {_value(v)}{unit if unit == '%' else (' ' + unit if unit else '')}"
+        shown = (f"{md_text(label)} {_value(v)}{unit if unit == '%' else (' ' + md_text(unit) if unit else '')}"
                  for label, unit, v in fd["numbers"])
         out += ["", "**Numbers:** " + " · ".join(shown)]
     if fd["advice"]:
@@ -167,12 +208,12 @@ def _finding(fd: dict[str, Any], number: int, level: str) -> list[str]:
     if fd["command"]:
         out += ["", "**Run:**", "", fence(fd["command"], "sh")]
     if fd.get("command_notes"):
-        out += ["", *(f"- {n}" for n in fd["command_notes"])]
+        out += ["", *(f"- {md_text(n)}" for n in fd["command_notes"])]
     if fd["evidence"]:
         block, notes = evidence_block(fd["evidence"])
         out += ["", "**Evidence:**", "", block]
         if notes:
-            out += ["", "*" + "; ".join(notes) + ".*"]
+            out += ["", "*" + md_text("; ".join(notes)) + ".*"]
     out.append("")
     return out
 
@@ -196,7 +237,7 @@ def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
             kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(red["by_kind"].items()))
             out += [f"*{_plural(red['total'], 'secret')} redacted ({kinds}).*", ""]
         if not r.findings and doc.get("notes"):
-            out += [doc["notes"][0].capitalize() + ".", ""]
+            out += [md_text(doc["notes"][0].capitalize()) + ".", ""]
         elif not r.findings:
             out += ["No problems found.", ""]
         for i, f in enumerate(r.findings[:MAX_FINDINGS], 1):

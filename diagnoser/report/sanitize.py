@@ -9,8 +9,11 @@ a one-byte CSI), a bidi override (U+202E shows `exe.txt` as `txt.exe`), or a new
 - `clean()` escapes every such character as visible `\\uXXXX` text (a `\\n` inside a one-line value too).
   `sanitized()` applies it to every string of a Report, deeply, and the report package runs every format
   over that copy, so JSON consumers decode clean values as well.
-- `no_commands()` defuses any output line that would start a workflow command (`::` after optional
-  whitespace, which the runner skips): `::x` becomes `: :x`. Every format but `github` goes through it.
+- `no_commands()` defuses what the GitHub runner would take for a workflow command: a line that starts with
+  `::` after any white space (the runner's .NET `TrimStart()` strips NBSP, U+2003, U+3000 and the rest, not only
+  spaces and tabs) gets a space between the colons, and the legacy `##[command]`, which the runner finds
+  anywhere in a line, becomes `## [command]`. Every format but `github` goes through it; `github` (whose own
+  annotations are commands) through `no_legacy_commands()`.
 - `OutputFilter` wraps stdout and stderr for every command (`plan`, `rules`, errors included): it
   escapes what is left and redacts secrets (unless `--no-redact`), one line at a time.
 
@@ -18,6 +21,8 @@ a one-byte CSI), a bidi override (U+202E shows `exe.txt` as `txt.exe`), or a new
     'title\\\\u001b]0;pwned\\\\u0007 \\\\u202eexe.txt'
     >>> no_commands("ok\\n  ::add-mask::x")
     'ok\\n  : :add-mask::x'
+    >>> no_commands("ok\\n\\u3000::add-mask::x ##[error]y")
+    'ok\\n\\u3000: :add-mask::x ## [error]y'
 """
 
 from __future__ import annotations
@@ -34,11 +39,17 @@ _UNSAFE = ([c for c in range(0x20) if c not in (0x09, 0x0A)] + list(range(0x7F, 
            + list(range(0x202A, 0x202F)) + list(range(0x2066, 0x206A)) + [0x200E, 0x200F, 0x061C, 0x2028,
                                                                            0x2029, 0xFEFF])
 _TABLE = {c: f"\\u{c:04x}" for c in _UNSAFE}
+#: lone surrogates (a log's `\\ud800` escape decoded by JSON or literal_eval): U+FFFD, as a decoder shows bad input
+_TABLE.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
 _TABLE_ONE_LINE = {**_TABLE, 0x0A: "\\n"}
-_UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "]")
+_UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "\ud800-\udfff]")
 #: Our own colour codes (`--color`): the only escape sequences an output may carry.
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
-_COMMAND_LINE = re.compile(r"^([ \t]*):(?=:)", re.MULTILINE)
+#: `::` after white space at a line's start: every character str.isspace() accepts but the newline (a superset of
+#: what .NET's TrimStart() strips), and the Mongolian vowel separator and zero-width characters older .NETs strip.
+_COMMAND_LINE = re.compile("^((?:[^\\S\\n]|[\u180e\u200b\ufeff])*):(?=:)", re.MULTILINE)
+#: the runner's legacy command syntax, honoured anywhere in a line
+_LEGACY_COMMAND = "##["
 
 #: Fields whose text is several lines by design (advice paragraphs, a rule's explanation).
 MULTILINE_FIELDS = frozenset({"advice", "explanation", "reason", "text_block", "notes"})
@@ -52,8 +63,16 @@ def clean(text: str, multiline: bool = False) -> str:
 
 
 def no_commands(text: str) -> str:
-    """Lines that a GitHub runner would take for a workflow command get a space between the colons."""
+    """Lines that a GitHub runner would take for a workflow command get a space between the colons, and every
+    legacy `##[command]` a space before its bracket."""
+    text = no_legacy_commands(text)
     return _COMMAND_LINE.sub(r"\1: ", text) if "::" in text else text
+
+
+def no_legacy_commands(text: str) -> str:
+    """`##[command]` (the runner's legacy syntax, found anywhere in a line) as `## [command]`: for the github
+    format too, whose own commands use `::` only."""
+    return text.replace(_LEGACY_COMMAND, "## [") if _LEGACY_COMMAND in text else text
 
 
 def clean_output(text: str, keep_color: bool = True) -> str:
@@ -109,6 +128,9 @@ def _shallow_copy(value: Any) -> Any:
 class OutputFilter(io.TextIOBase):
     """A text stream that escapes unsafe characters, defuses workflow commands and redacts secrets, by line.
 
+    A line of JSON (`plan --format json`, a JSON Lines document) is redacted value by value (redact_json_line):
+    never through its serialised text, whose escaped quotes a pattern could cut, leaving invalid JSON.
+
     `allow_commands` is set by the github format (its own `::error` lines); `redact` is cleared by
     `--no-redact`. Partial lines wait for their newline, or for flush().
     """
@@ -149,6 +171,14 @@ class OutputFilter(io.TextIOBase):
 
     def _process(self, text: str) -> str:
         if self.redact is not None:
-            text = "\n".join(self.redact(line) for line in text.split("\n"))
+            text = "\n".join(self._redacted(line) for line in text.split("\n"))
         text = clean_output(text)
-        return text if self.allow_commands else no_commands(text)
+        return no_legacy_commands(text) if self.allow_commands else no_commands(text)
+
+    def _redacted(self, line: str) -> str:
+        assert self.redact is not None
+        from diagnoser.ingest.redact import Redactor, looks_like_json, redact_json_line
+
+        if isinstance(self.redact, Redactor) and looks_like_json(line):
+            return redact_json_line(line, self.redact)
+        return self.redact(line)

@@ -6,18 +6,15 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from diagnoser.report.markdown import code, code_cell, md_cell, md_text
 from diagnoser.report.scan_summary import FleetSummary
 from diagnoser.report.scan_text import SHOWN, summarize
-
-
-def _cell(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def _table(title: str, head: str, counter: Counter[str], total: int) -> list[str]:
     out = [f"### {title}", "", f"| {head} | logs | share |", "|---|---:|---:|"]
     for key, n in counter.most_common(SHOWN):
-        out.append(f"| {_cell(key)} | {n:,} | {100 * n / max(total, 1):.1f}% |")
+        out.append(f"| {code_cell(key)} | {n:,} | {100 * n / max(total, 1):.1f}% |")
     if len(counter) > SHOWN:
         out.append(f"| ... {len(counter) - SHOWN} more | | |")
     return [*out, ""]
@@ -30,7 +27,7 @@ def markdown(s: FleetSummary) -> str:
            f"{st['clean']:,} clean, {st['unreadable']:,} unreadable.", ""]
     if s.rules:
         out += ["### Findings by rule", "", "| rule | severity | logs | what |", "|---|---|---:|---|"]
-        out += [f"| `{r}` | {s.rule_severity[r]} | {n:,} | {_cell(s.rule_title[r])} |"
+        out += [f"| {code_cell(r)} | {s.rule_severity[r]} | {n:,} | {md_cell(s.rule_title[r])} |"
                 for r, n in s.rules.most_common()]
         out.append("")
     for title, head, counter in s.breakdowns():
@@ -38,11 +35,12 @@ def markdown(s: FleetSummary) -> str:
     if s.worst:
         out += ["### Worst logs", "", "| log | line | severity | rule | stage | errors |",
                 "|---|---:|---|---|---|---:|"]
-        out += [f"| `{_cell(w.path)}` | {w.line} | {w.severity} | `{w.rule}` | {w.stage or 'unknown'} | {w.errors} |"
+        out += [f"| {code_cell(w.path)} | {w.line} | {w.severity} | {code_cell(w.rule)} | {w.stage or 'unknown'} "
+                f"| {w.errors} |"
                 for w in s.worst]
         out.append("")
     if s.bad:
-        out += ["### Unreadable", ""] + [f"- `{_cell(p)}`: {_cell(m)}" for p, m in s.bad]
+        out += ["### Unreadable", ""] + [f"- {code(p)}: {md_text(m)}" for p, m in s.bad]
         if st["unreadable"] > len(s.bad):
             out.append(f"- ... {st['unreadable'] - len(s.bad)} more")
         out.append("")

@@ -395,7 +395,8 @@ def render_serve(model: str | None, settings: dict[str, Any], version: str | Non
     words = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items() if re.fullmatch(r"[A-Z_][A-Z0-9_]*", k)]
     if not printable(model):
         return Rendered(None, ["no command is suggested: the model name from the log holds control characters"])
-    words += ["vllm", "serve", shlex.quote(model)]
+    # a name that starts with `-` (from someone else's log) would be read as an option: `--model=NAME` is a value
+    words += ["vllm", "serve", shlex.quote(f"--model={model}") if model.startswith("-") else shlex.quote(model)]
     for key, value in settings.items():
         if value is None or key == "model":
             continue

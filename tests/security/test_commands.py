@@ -121,7 +121,8 @@ def test_rendered_lines_never_expand_and_call_only_literals(model, args, version
     assert cmd.isprintable()
     assert_inert_shell(cmd)
     words = shlex.split(cmd)
-    assert words[:3] == ["vllm", "serve", model]
+    # a name that starts with `-` is --model's value, never an option of its own (issue 29 item 16)
+    assert words[:3] == ["vllm", "serve", f"--model={model}" if model.startswith("-") else model]
     for note in serve_args.render_serve(model, args, version).notes:
         assert "\x1b" not in note and "\n" not in note
     py = serve_args.render_llm(model, args, version).text

@@ -92,3 +92,76 @@ def test_parse_line_never_keeps_unsafe_characters_in_output(text):
 
     assert not UNSAFE.search(clean(line.raw))
     assert not re.search(r"^\s*::", clean(line.raw), re.M)
+
+
+# --- issue 29: legacy `##[` commands, Unicode white space before `::`, new secret shapes, lone surrogates as JSON
+# escapes, compressed input ----------------------------------------------------------------------------------------
+
+WHITESPACE = [c for c in map(chr, range(0x3001)) if c.isspace() and c != "\n"] + ["\u3000", "\u180e"]
+ROUND3 = [b"##[add-mask]PWN", b"x ##[error]y", b"##[set-output name=a;]b",
+          *(f"{ws}::add-mask::PWN".encode() for ws in WHITESPACE),
+          b'{"log":"ERROR 08-21 14:04:41 [core.py:700] boom \\ud800 x\\n","stream":"stderr",'
+          b'"time":"2025-08-21T14:04:41.000Z"}',
+          b"Authorization: Api-Key Zx81kQp0Lm3Nv7Rt5Ws2", b"X-Vault-Token: hvs.CAESIJ2xK9mQ0pL7vR3tW5sY",
+          b"glpat-AbCdEfGhIjKlMnOpQrSt", b"-----BEGIN PGP PRIVATE KEY BLOCK-----"]
+piece3 = st.one_of(piece, st.sampled_from(ROUND3))
+log_bytes3 = st.lists(st.tuples(piece3, st.sampled_from([b"\n", b"", b" ", b"\r\n"])), max_size=40).map(
+    lambda parts: b"".join(p + sep for p, sep in parts))
+
+
+@FUZZ
+@given(log_bytes3)
+def test_round3_pieces_through_every_format(data):
+    report = diagnose(io.BytesIO(data), "fuzz.log")
+    for fmt in FORMATS:
+        out = renderer(fmt)([report], {"color": False, "step_summary": ""})
+        assert_inert(out, fmt)
+        assert "##[" not in out, fmt
+        for line in out.splitlines():
+            stripped = line.lstrip("".join(WHITESPACE))
+            assert fmt == "github" or not stripped.startswith("::"), (fmt, line)
+        assert "\ud800" not in out
+
+
+SCHEMES = st.sampled_from(["Bearer", "Basic", "Api-Key", "Key", "SharedKey", "Bot", "OAuth", "Token", "Negotiate",
+                           "SSWS", "DPoP", "Hawk", "ApiKey"])
+HEADERS = st.sampled_from(["X-Auth-Token", "X-Access-Token", "Private-Token", "X-Vault-Token", "api-token",
+                           "X-Api-Key", "Ocp-Apim-Subscription-Key", "X-Goog-Api-Key", "X-Client-Secret"])
+PREFIXES = st.sampled_from(["glpat-", "sk_live_", "npm_", "gsk_", "dckr_pat_", "xapp-1-", "hvs.", "ghp_", "hf_",
+                            "sk-proj-", "nvapi-", "AIza", "pypi-", "r8_", "shpat_"])
+TOKEN = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", min_size=40, max_size=60)
+SEPARATORS = st.sampled_from([": ", "=", "': '", '":"', " : "])
+
+
+@FUZZ
+@given(SCHEMES, HEADERS, PREFIXES, TOKEN, SEPARATORS, st.sampled_from(["", "(APIServer pid=1) ERROR 08-21 "
+                                                                        "14:04:41 [x.py:1] ", "curl -H '"]))
+def test_new_secret_shapes_never_survive(scheme, header, prefix, token, sep, lead):
+    from diagnoser.ingest.redact import Redactor
+
+    for line in (f"{lead}Authorization{sep}{scheme} {token}", f"{lead}{header}{sep}{token}",
+                 f"{lead}using {prefix}{token} now", f"{lead}AccountKey={token};x=y"):
+        out = Redactor()(line)
+        assert token not in out and token[:20] not in out, (line, out)
+
+
+@FUZZ
+@given(st.binary(max_size=400), st.sampled_from(["gz", "bz2", "xz"]), st.integers(min_value=0, max_value=400),
+       st.booleans())
+def test_compressed_input_truncated_or_corrupt_never_crashes(payload, codec, cut, flip):
+    import bz2
+    import gzip
+    import lzma
+
+    from diagnoser.ingest.sources import decompressed, read_error
+
+    data = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[codec](payload + b"\n" + KV_TAIL)
+    data = data[: max(6, len(data) - cut)] if cut else data
+    if flip and len(data) > 12:
+        data = data[:10] + bytes([data[10] ^ 0xFF]) + data[11:]
+    try:
+        report = diagnose(decompressed(io.BufferedReader(io.BytesIO(data)), f"x.log.{codec}"), f"x.log.{codec}")
+    except Exception as exc:  # noqa: BLE001 - only a decompressor's complaint, named as the user sees it
+        assert read_error(f"x.log.{codec}", exc) is not None, repr(exc)
+        return
+    render_all(report)

@@ -6,10 +6,9 @@ from typing import Any
 
 from diagnoser.compare import model as cmp
 from diagnoser.report.compare.rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
+from diagnoser.report.markdown import code, fence, md_cell, md_text
 
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+_cell = md_cell  # a cell's text comes from a log (a model, a GPU name, a file name)
 
 
 def _table(title: str, rows: list[Row], heads: list[str], nd: int) -> list[str]:
@@ -24,7 +23,7 @@ def _table(title: str, rows: list[Row], heads: list[str], nd: int) -> list[str]:
 def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     heads = columns(comp)
     nd = len(comp.starts) - 1
-    out = [f"## vllm-doctor compare: {' → '.join(f'`{s.label}`' for s in comp.starts)}", ""]
+    out = [f"## vllm-doctor compare: {' → '.join(code(s.label) for s in comp.starts)}", ""]
     for title, rows in tables(comp):
         out.extend([*_table(title, rows, heads, nd), ""])
     out.append(f"{ESTIMATED_MARK} = not printed by that log (derived, estimated by the planner for that release, "
@@ -32,14 +31,14 @@ def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:
     for p in comp.pairs:
         out.append("")
         if len(comp.pairs) > 1:
-            out.append(f"### `{p.before.label}` → `{p.after.label}`")
+            out.append(f"### {code(p.before.label)} → {code(p.after.label)}")
             out.append("")
-        out.append(f"**{p.summary}**")
+        out.append(f"**{md_text(p.summary)}**")
         for title, items in pair_sections(p):
             out.extend(["", f"{title}:", ""])
-            out.extend(f"- `{i.code}`: {i.stress}{i.rest}" for i in items)
+            out.extend(f"- {code(i.code)}: {md_text(i.stress + i.rest)}" for i in items)
         if p.command:
-            out.extend(["", "```bash", p.command, "```"])
+            out.extend(["", fence(p.command, "bash")])
     verdict, why = gate(comp.primary)
-    out.extend(["", f"Upgrade gate: **{verdict}**{why}"])
+    out.extend(["", f"Upgrade gate: **{verdict}**{md_text(why)}"])
     return "\n".join(out) + "\n"

@@ -1,0 +1,59 @@
+"""Logs whose shape made the doctor slow (issue 29, item 6), tested small.
+
+- 3-line tracebacks with distinct exception types: each became a fallback group whose advice was rendered,
+  though one fallback finding is printed (94 s and 508 MB for a log under 50 MB). Advice is rendered only for
+  the findings a report keeps.
+- Hundreds of thousands of `ERROR foo` lines (60 s for 400k): keyword-dense input stays near the documented
+  cost per line, measured against a healthy log of the same size in the same run (a loaded machine slows both).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+from diagnoser.analysis import advise
+from diagnoser.analysis.pipeline import diagnose
+
+from .conftest import run_doctor
+
+ROOT = Path(__file__).resolve().parents[2]
+HEALTHY = ROOT / "fixtures" / "healthy-v1-0.10.log"
+
+
+def tracebacks(n: int) -> bytes:
+    return "".join(f'Traceback (most recent call last):\n  File "/app/worker.py", line {i % 900 + 1}, in <module>\n'
+                   f"Worker{i}Error: task {i} failed\n" for i in range(n)).encode()
+
+
+def test_advice_is_rendered_only_for_reported_findings(monkeypatch):
+    calls = []
+    real = advise.Advisor._render
+
+    def counting(self, finding, ctx, ctx_dict):
+        calls.append(finding.rule.id)
+        return real(self, finding, ctx, ctx_dict)
+
+    monkeypatch.setattr(advise.Advisor, "_render", counting)
+    report = diagnose(io.BytesIO(tracebacks(2000)), "tb.log")
+    assert len(report.findings) >= 1
+    assert len(calls) <= len(report.findings) + 2, (len(calls), len(report.findings))
+
+
+def _timed(path: Path) -> float:
+    start = time.monotonic()
+    res = run_doctor("--format", "json", str(path), timeout=300)
+    assert res.returncode in (0, 1), res.stderr
+    return time.monotonic() - start
+
+
+def test_keyword_dense_lines_cost_near_a_healthy_log(tmp_path):
+    dense = tmp_path / "dense.log"
+    dense.write_bytes(b"ERROR foo\n" * 200_000)  # 2 MB, every line a keyword hit
+    base_text = HEALTHY.read_bytes()
+    base = tmp_path / "base.log"
+    base.write_bytes(base_text * (dense.stat().st_size // len(base_text) + 1))
+    t_base, t_dense = _timed(base), _timed(dense)
+    per_byte = (t_dense / dense.stat().st_size) / (t_base / base.stat().st_size)
+    assert per_byte < 3, (t_dense, t_base)
