@@ -38,9 +38,10 @@ NUMBER_TEXT_CHARS = 60
 
 
 def text_width(opts: dict[str, Any], stream: Any = None) -> int | None:
-    """The columns to fit: opts['width'], else $COLUMNS, else the terminal's width; None in a pipe or a file."""
-    if opts.get("width"):
-        return int(opts["width"])
+    """The columns to fit: opts['width'] (0: none, as in a CI log), else $COLUMNS, else the terminal's width;
+    None in a pipe or a file."""
+    if "width" in opts:
+        return int(opts["width"]) or None
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) >= 40:
         return int(columns)
