@@ -40,7 +40,7 @@ RULE_KEYS = {
     "overrides", "keep_when",
 }
 PATTERN_KEYS = {"phrase", "regex", "series", "threshold", "keywords", "generic", "stages", "catalog", "when"}
-FIX_KEYS = {"flag", "value", "reason", "when", "env"}
+FIX_KEYS = {"flag", "value", "reason", "when", "env", "diagnostic"}
 CASE_KEYS = {"match", "near_miss"}
 MATCH_CASE_KEYS = {"name", "text", "facts", "stage", "context", "advice_contains", "line", "finding_stage",
                    "wins_over"}
@@ -148,6 +148,8 @@ class Fix:
     reason: str
     when: str | None
     env: str | None
+    #: a step that tells what is wrong (with a cost, e.g. --enforce-eager), not the fix: shown as a diagnostic run
+    diagnostic: bool = False
 
 
 @dataclass
@@ -337,6 +339,7 @@ PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
 }
 FIX_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "flag": (str,), "value": (str, int, float, bool), "reason": (str,), "when": (str,), "env": (str,),
+    "diagnostic": (bool,),
 }
 #: A match case's keys (`facts` and `context` are mappings of any values, checked apart).
 CASE_KEY_TYPES: dict[str, tuple[type, ...]] = {
@@ -519,7 +522,7 @@ def _fix(item: Any, env: RuleSandbox, path: str, key: str, produced: set[str]) -
     _check_mapping(item, FIX_KEYS, path, key, "each fix is a mapping: flag, value, reason[, when]")
     _check_types(item, FIX_KEY_TYPES, path, f"{key}.")
     fix = Fix(flag=item.get("flag"), value=str(item.get("value", "")), reason=str(item.get("reason", "")),
-              when=item.get("when"), env=item.get("env"))
+              when=item.get("when"), env=item.get("env"), diagnostic=bool(item.get("diagnostic", False)))
     if not fix.flag and not fix.env:
         raise RuleError(path, f"{key}.flag", "a fix names a flag (--max-model-len) or an env variable")
     for part, source in (("flag", fix.flag or ""), ("value", fix.value), ("reason", fix.reason)):
