@@ -16,7 +16,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from diagnoser.analysis.advise import _group  # noqa: E402
-from diagnoser.ingest.reader import Line  # noqa: E402
+from diagnoser.ingest.line import Line  # noqa: E402
 from tests.security.test_grouping import _reference  # noqa: E402
 
 

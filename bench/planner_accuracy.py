@@ -27,8 +27,9 @@ from typing import Any
 
 import yaml
 
+from diagnoser.vllm import kvcache, releases, sizing
 from diagnoser.vllm import memory as mem
-from diagnoser.vllm import releases, sizing
+from diagnoser.vllm.archspec import ArchSpec
 from diagnoser.vllm.modelspec import load_gpu, load_model
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "startup_measurements.yaml"
@@ -84,7 +85,7 @@ def llmd_activation_gib(res: sizing.PlanResult) -> float:
     return 5.5
 
 
-def seed_activation(arch: mem.ArchSpec, batched: int, seqs: int, tp: int, act_bytes: float) -> float:
+def seed_activation(arch: ArchSpec, batched: int, seqs: int, tp: int, act_bytes: float) -> float:
     """The seed's activation rule, frozen: a forward pass of batched tokens x (3 x intermediate / TP + 4 x
     hidden) (MoE: the routed experts' share), or the sampler at 39 bytes per logit, whichever is larger."""
     h = arch.hidden_size
@@ -120,7 +121,7 @@ def kv_errors(data: dict[str, Any]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"id": pair["id"], "estimates": {}, "errors": {}}
         for name, kv_bytes in formulas(res).items():
             if "kv_cache_tokens" in measured:
-                est: float = float(mem.kv_cache_tokens(kv_bytes, res.kv_bytes_per_token, res.inp.block_size))
+                est: float = float(kvcache.kv_cache_tokens(kv_bytes, res.kv_bytes_per_token, res.inp.block_size))
                 row["unit"], row["measured"] = "tokens", float(measured["kv_cache_tokens"])
             else:
                 est = kv_bytes / mem.GIB
@@ -166,7 +167,7 @@ def token_errors(data: dict[str, Any]) -> list[tuple[str, float, float, float, f
         inp = sizing.with_changes(plan_input(pair["config"]), kv_cache_bytes=float(m["kv_cache_gib"]) * mem.GIB)
         res = sizing.plan_memory(inp)
         printed = float(m["kv_cache_tokens"])
-        naive = mem.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
+        naive = kvcache.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
         out.append((pair["id"], float(res.kv_cache_tokens), printed, rel(res.kv_cache_tokens, printed),
                     rel(naive, printed)))
     return out

@@ -21,7 +21,8 @@ from typing import IO, Any, Union
 
 from diagnoser.analysis.pipeline import Report
 from diagnoser.errors import DoctorError, InputError, UsageError
-from diagnoser.rules.loader import Rule, RuleError, builtin_rules, load_rules
+from diagnoser.rules.loader import builtin_rules, load_rules
+from diagnoser.rules.model import Rule, RuleError
 
 #: What `diagnose` reads: a path (os.PathLike, or a str naming an existing file), the log's bytes, its text
 #: (a str with a newline, or one that is not a file), a binary file object, or an iterable of lines.

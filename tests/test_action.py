@@ -40,10 +40,10 @@ def runner(tmp_path):
 exec "{sys.executable}" -c '
 import sys
 from pathlib import Path
-from diagnoser.cli import main as cli
+from diagnoser.cli import files, main as cli
 from diagnoser.rules.loader import load_rule_file
 rules = tuple(load_rule_file(p) for p in sorted(Path(sys.argv[1]).glob("*.yaml")))
-cli.builtin_rules = lambda: rules
+files.builtin_rules = lambda: rules
 sys.argv = ["vllm-doctor", *sys.argv[2:]]
 cli.run()
 ' "{GATE_RULES}" "$@"

@@ -147,3 +147,29 @@ def test_live_mode_announces_on_stderr_as_it_reads(logs):
     err = r.stderr.decode()
     assert r.returncode == 1 and "line 1: error [kv-cache-too-small]" in err
     assert err.count("kv-cache-too-small") == 1
+
+
+def test_help_lists_each_command_with_the_first_line_of_its_own_help():
+    """`--help` lists the commands from LAZY_COMMANDS without importing them: each one-liner there must be the
+    command's own, or the listing drifts from `vllm-doctor COMMAND --help`."""
+    import click
+
+    from diagnoser.cli.main import LAZY_COMMANDS, main
+
+    ctx = click.Context(main)
+    for name, (_module, _attr, short) in LAZY_COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None and command.name == name
+        assert command.get_short_help_str(limit=1000) == click.Command(name, help=short).get_short_help_str(limit=1000)
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_import_no_command(flag):
+    """`--help` and `--version` load the group alone: no command module, no rule machinery, no planner."""
+    code = ("import sys\nfrom diagnoser.cli.main import run\nsys.argv = ['vllm-doctor', sys.argv[1]]\ncode = 0\n"
+            "try:\n    run()\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "print(code, sorted(m for m in sys.modules if m.startswith(('diagnoser.cli.', 'diagnoser.rules', "
+            "'diagnoser.plan', 'diagnoser.analysis'))), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip() == "0 ['diagnoser.cli.main']"
+    assert ("Commands:" in proc.stdout) if flag == "--help" else proc.stdout.startswith("vllm-doctor, version ")

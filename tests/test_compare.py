@@ -13,6 +13,7 @@ import yaml
 
 from diagnoser.analysis.pipeline import diagnose
 from diagnoser.compare import comparison as cmp
+from diagnoser.compare.budget import plan_input
 from diagnoser.plan import plan_config
 
 from .conftest import FIXTURES
@@ -323,7 +324,7 @@ def test_kv_cache_memory_bytes_sizes_the_planned_start() -> None:
     with open(before, "rb") as fb, open(after, "rb") as fa:
         start = cmp.compare_reports([diagnose(fb, "before.log"), diagnose(fa, "after.log")]).starts[1]
     start.context.args["kv_cache_memory_bytes"] = 2 * GIB
-    inp = cmp._plan_input(start)
+    inp = plan_input(start)
     assert inp is not None and inp.kv_cache_fixed and inp.kv_cache_bytes == 2 * GIB
     start.context.args["kv_cache_memory_bytes"] = "lots"
-    assert not cmp._plan_input(start).kv_cache_fixed
+    assert not plan_input(start).kv_cache_fixed

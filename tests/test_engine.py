@@ -202,7 +202,8 @@ def test_fragment_starting_mid_traceback_uses_its_frames():
 
 
 def test_unknown_override_target_is_refused(tmp_path):
-    from diagnoser.rules.loader import RuleError, load_rules
+    from diagnoser.rules.loader import load_rules
+    from diagnoser.rules.model import RuleError
 
     src = (tmp_path / "x.yaml")
     src.write_text("""id: x

@@ -20,8 +20,10 @@ import pytest
 
 from diagnoser import __version__
 from diagnoser.analysis.pipeline import Report, diagnose
+from diagnoser.cli import diagnose as cli_diagnose
+from diagnoser.cli import files as cli_files
 from diagnoser.cli import main as cli
-from diagnoser.ingest.reader import Line
+from diagnoser.ingest.line import Line
 from diagnoser.report import FORMATS, renderer
 from diagnoser.report import github as gh
 from diagnoser.report import markdown as md
@@ -96,10 +98,10 @@ def test_formats_registered():
 
 def test_format_auto_picks_github_in_actions(monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    assert cli.pick_format("auto") == "github"
+    assert cli_diagnose.pick_format("auto") == "github"
     monkeypatch.setenv("GITHUB_ACTIONS", "false")
-    assert cli.pick_format("auto") == "text"
-    assert cli.pick_format("sarif") == "sarif"
+    assert cli_diagnose.pick_format("auto") == "text"
+    assert cli_diagnose.pick_format("sarif") == "sarif"
 
 
 # -- golden files -----------------------------------------------------------------------------------------
@@ -500,7 +502,7 @@ def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 def gate_rules(monkeypatch):
     """Only the test gate rules (one per severity), so exit codes do not move when shipped rules change."""
     pinned = gate_rule_set()
-    monkeypatch.setattr(cli, "builtin_rules", lambda: pinned)
+    monkeypatch.setattr(cli_files, "builtin_rules", lambda: pinned)
     return pinned
 
 
@@ -550,9 +552,9 @@ def test_a_crash_exits_2_never_0(monkeypatch, capsys, where, extra):
         raise RuntimeError("simulated crash")
 
     if where == "diagnose":
-        monkeypatch.setattr(cli, "diagnose", boom)
+        monkeypatch.setattr(cli_diagnose, "diagnose", boom)
     else:
-        monkeypatch.setattr(cli, "renderer", lambda name: boom)
+        monkeypatch.setattr(cli_diagnose, "renderer", lambda name: boom)
     code, out, err = _cli(monkeypatch, capsys, "check", "-f", "sarif", *extra, str(LOGS / "healthy.log"))
     assert code == 2
     assert "internal error" in err and "simulated crash" in err

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.analysis.matcher import CUT_PIECE, Matcher
+from diagnoser.analysis.matcher import Matcher
 from diagnoser.analysis.pipeline import diagnose_text
+from diagnoser.analysis.window import CUT_PIECE
 from diagnoser.ingest.keywords import LONG_TEXT, lowered
-from diagnoser.ingest.reader import Line
+from diagnoser.ingest.line import Line
 from diagnoser.rules.loader import builtin_rules
 
 OOM = " torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -101,7 +102,7 @@ def test_a_long_flattened_text_restarts_where_the_restart_regex_does():
     import random
     from pathlib import Path
 
-    from diagnoser.ingest import reader
+    from diagnoser.ingest import clean
 
     fixtures = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*.log"))
     rng = random.Random(3)
@@ -112,24 +113,24 @@ def test_a_long_flattened_text_restarts_where_the_restart_regex_does():
     texts += ["".join(rng.choice(words) for _ in range(3000)) for _ in range(5)]
     total = 0
     for text in texts:
-        want = [m.start() for m in reader.RESTART.finditer(text, 1)]
-        assert reader._restart_points(text) == want
+        want = [m.start() for m in clean.RESTART.finditer(text, 1)]
+        assert clean._restart_points(text) == want
         total += len(want)
     assert total > 1000
 
 
 def test_ansi_led_by_literals_strips_what_the_look_behind_form_strips():
-    """reader.ANSI's lost-ESC alternative starts with its literal "[" (re then skips between candidates in C):
+    """clean.ANSI's lost-ESC alternative starts with its literal "[" (re then skips between candidates in C):
     it removes exactly what the form led by the look-behind removes."""
     import random
     import re
 
-    from diagnoser.ingest import reader
+    from diagnoser.ingest import clean
 
-    reference = re.compile(reader.ANSI.pattern.replace(r"|\[(?<![\w\]\[]\[)", r"|(?<![\w\]\[])\["))
-    assert reference.pattern != reader.ANSI.pattern
+    reference = re.compile(clean.ANSI.pattern.replace(r"|\[(?<![\w\]\[]\[)", r"|(?<![\w\]\[])\["))
+    assert reference.pattern != clean.ANSI.pattern
     rng = random.Random(5)
     atoms = ["[1m", "[", "]", "a", "\x1b", "^[[", "31", "m", ";", "0", " ", "_", "é", "\x1b]0;t\x07", "[[1;36m"]
     texts = ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 400))) for _ in range(300)]
-    assert [reader.ANSI.sub("", t) for t in texts] == [reference.sub("", t) for t in texts]
+    assert [clean.ANSI.sub("", t) for t in texts] == [reference.sub("", t) for t in texts]
     assert sum(len(reference.findall(t)) for t in texts) > 1000

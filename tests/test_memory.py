@@ -6,14 +6,14 @@ import math
 
 import pytest
 
+from diagnoser.vllm import archspec, kvcache, profiling, releases, sizing, weights
 from diagnoser.vllm import memory as mem
-from diagnoser.vllm import releases, sizing
 from diagnoser.vllm.modelspec import arch_from_config, arch_from_preset, load_model, load_models
 
 GIB = 1 << 30
 
 
-def arch(name: str) -> mem.ArchSpec:
+def arch(name: str) -> archspec.ArchSpec:
     return load_model(name).arch
 
 
@@ -23,7 +23,7 @@ def test_worked_example_llama_8b_on_24gb():
     # Llama 3.1 8B: 2 x 32 layers x 8 KV heads x 128 head dim x 2 bytes = 131,072 bytes (128 KiB) per token
     assert mem.kv_bytes_per_token(32, 8, 128, 2) == 131072
     a = arch("llama-3.1-8b")
-    assert mem.model_kv_bytes_per_token(a, 1, 1, 2) == 131072
+    assert kvcache.model_kv_bytes_per_token(a, 1, 1, 2) == 131072
     inp = sizing.PlanInput(arch=a, gpu_bytes=24e9, gpu_memory_utilization=0.92, weights=16e9, overhead=1.5e9)
     res = sizing.plan_memory(inp)
     assert res.budget_bytes == pytest.approx(22.08e9)          # "about 22.1 GB share"
@@ -47,32 +47,32 @@ def test_worked_example_llama_8b_on_24gb():
 def test_mla_deepseek_v3_latent_not_split_by_tp():
     a = arch("deepseek-v3")
     # 61 layers x (512 kv_lora_rank + 64 rope dim) x 2 bytes = 70,272 bytes per token
-    assert mem.model_kv_bytes_per_token(a, tp=1, kv_bytes=2) == 61 * 576 * 2 == 70272
-    assert mem.model_kv_bytes_per_token(a, tp=8, kv_bytes=2) == 70272       # replicated, not sharded
-    assert mem.model_kv_bytes_per_token(a, tp=8, kv_bytes=1) == 35136       # fp8 latent
+    assert kvcache.model_kv_bytes_per_token(a, tp=1, kv_bytes=2) == 61 * 576 * 2 == 70272
+    assert kvcache.model_kv_bytes_per_token(a, tp=8, kv_bytes=2) == 70272       # replicated, not sharded
+    assert kvcache.model_kv_bytes_per_token(a, tp=8, kv_bytes=1) == 35136       # fp8 latent
 
 
 def test_fp8_kv_cache_is_one_byte():
     assert mem.kv_value_bytes("fp8") == mem.kv_value_bytes("fp8_e4m3") == mem.kv_value_bytes("fp8_e5m2") == 1
     assert mem.kv_value_bytes("auto", 2) == 2
     a = arch("llama-3.1-8b")
-    assert mem.model_kv_bytes_per_token(a, kv_bytes=1) == 2 * 32 * 8 * 128 * 1 == 65536
+    assert kvcache.model_kv_bytes_per_token(a, kv_bytes=1) == 2 * 32 * 8 * 128 * 1 == 65536
 
 
 def test_tp_with_fewer_kv_heads_than_ranks_replicates():
     a = arch("qwen2.5-7b")  # 28 layers, 4 KV heads, head dim 3584 / 28 = 128
     assert a.head_size == 128
-    assert mem.model_kv_bytes_per_token(a, tp=1) == 2 * 28 * 4 * 128 * 2 == 57344
-    assert mem.model_kv_bytes_per_token(a, tp=2) == 2 * 28 * 2 * 128 * 2 == 28672
+    assert kvcache.model_kv_bytes_per_token(a, tp=1) == 2 * 28 * 4 * 128 * 2 == 57344
+    assert kvcache.model_kv_bytes_per_token(a, tp=2) == 2 * 28 * 2 * 128 * 2 == 28672
     # 8 ranks, 4 KV heads: every rank keeps one head (max(1, 4 // 8)), so TP=8 saves nothing over TP=4
     assert mem.kv_heads_per_rank(4, 8) == 1
-    assert mem.model_kv_bytes_per_token(a, tp=8) == mem.model_kv_bytes_per_token(a, tp=4) == 14336
+    assert kvcache.model_kv_bytes_per_token(a, tp=8) == kvcache.model_kv_bytes_per_token(a, tp=4) == 14336
 
 
 def test_pipeline_parallel_keeps_its_stage_layers():
     a = arch("llama-3.1-70b")  # 80 layers
     assert mem.layers_per_stage(80, 3) == 27
-    assert mem.model_kv_bytes_per_token(a, tp=1, pp=2) == 2 * 40 * 8 * 128 * 2
+    assert kvcache.model_kv_bytes_per_token(a, tp=1, pp=2) == 2 * 40 * 8 * 128 * 2
 
 
 # --- sliding windows --------------------------------------------------------------------------------------------------
@@ -83,11 +83,11 @@ def test_gpt_oss_alternating_window_matches_vllms_need():
     full = 18 * (131072 // 16) * page
     sliding = 18 * (math.ceil((128 - 1 + 1024) / 16) + 1) * page  # 73 pages per sliding layer
     assert full + sliding == 4874895360
-    need = mem.request_kv_bytes(a, 131072, kv_bytes=2, max_num_batched_tokens=1024)
+    need = kvcache.request_kv_bytes(a, 131072, kv_bytes=2, max_num_batched_tokens=1024)
     assert need == 4874895360
     assert round(need / GIB, 2) == 4.54  # the figure vLLM printed for gpt-oss-120b at 131072 tokens
     # the logged token count counts every layer in full
-    assert mem.model_kv_bytes_per_token(a) == 36 * 2 * 8 * 64 * 2 == 73728
+    assert kvcache.model_kv_bytes_per_token(a) == 36 * 2 * 8 * 64 * 2 == 73728
 
 
 def test_gemma2_every_other_layer_slides():
@@ -96,39 +96,39 @@ def test_gemma2_every_other_layer_slides():
     page = 16 * 2 * 8 * 256 * 2  # 131,072 bytes
     full = 21 * (8192 // 16) * page                                   # 1,409,286,144
     sliding = 21 * (math.ceil((4096 - 1 + 2048) / 16) + 1) * page    # 21 x 385 pages = 1,059,717,120
-    assert mem.request_kv_bytes(a, 8192, max_num_batched_tokens=2048) == full + sliding == 2469003264
+    assert kvcache.request_kv_bytes(a, 8192, max_num_batched_tokens=2048) == full + sliding == 2469003264
 
 
 def test_mistral_v01_uniform_window_caps_the_request():
     a = arch("mistral-7b-v0.1")  # every layer slides over 4096 tokens
     per_layer = (math.ceil((4096 - 1 + 2048) / 16) + 1) * 16 * 2 * 8 * 128 * 2  # 385 pages of 65,536 bytes
-    assert mem.request_kv_bytes(a, 32768, max_num_batched_tokens=2048) == 32 * per_layer == 807403520
+    assert kvcache.request_kv_bytes(a, 32768, max_num_batched_tokens=2048) == 32 * per_layer == 807403520
     # without the window (v0.3) the same length needs 32 layers x 2048 pages x 65,536 bytes = 4 GiB
-    assert mem.request_kv_bytes(arch("mistral-7b"), 32768, max_num_batched_tokens=2048) == 4 * GIB
+    assert kvcache.request_kv_bytes(arch("mistral-7b"), 32768, max_num_batched_tokens=2048) == 4 * GIB
 
 
 def test_max_model_len_for_is_vllms_binary_search():
     a = arch("llava-1.5-7b")  # 32 layers x 32 KV heads x 128 x 2 x 2 = 524,288 bytes per token
-    assert mem.model_kv_bytes_per_token(a) == 524288
-    assert mem.request_kv_bytes(a, 2048) == 1 * GIB
+    assert kvcache.model_kv_bytes_per_token(a) == 524288
+    assert kvcache.request_kv_bytes(a, 2048) == 1 * GIB
     # 0.258 GiB holds 33 blocks of 16 tokens (33 x 16 x 524,288 = 276,824,064 bytes)
-    assert mem.max_model_len_for(a, 0.258 * GIB, 2048, kv_bytes=2) == 528
+    assert kvcache.max_model_len_for(a, 0.258 * GIB, 2048, kv_bytes=2) == 528
 
 
 # --- weights ----------------------------------------------------------------------------------------------------------
 
 def test_llama_8b_bf16_and_fp8_weights():
     a = arch("llama-3.1-8b")
-    parts = mem.param_breakdown(a)
+    parts = weights.param_breakdown(a)
     assert parts["embeddings"] == parts["lm_head"] == 128256 * 4096 == 525336576
     assert parts["attention"] == 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2) == 1342177280
     assert parts["mlp"] == 32 * 3 * 4096 * 14336 == 5637144576
-    assert mem.param_count(a) == 8030261248
-    assert mem.weight_bytes(a, 2) == 2 * 8030261248
+    assert weights.param_count(a) == 8030261248
+    assert weights.weight_bytes(a, 2) == 2 * 8030261248
     # fp8: linear layers 1 byte (+ a 4-byte scale per 16,384 weights), embeddings, head and norms 2 bytes
     linear = 1342177280 + 5637144576
-    assert mem.weight_bytes(a, 2, "fp8") == int(linear * (1 + 4 / 16384) + 2 * (525336576 * 2 + 266240))
-    assert mem.weight_bytes(a, 2, tp=2) == 8030261248  # half of the 16-bit bytes on each of 2 GPUs
+    assert weights.weight_bytes(a, 2, "fp8") == int(linear * (1 + 4 / 16384) + 2 * (525336576 * 2 + 266240))
+    assert weights.weight_bytes(a, 2, tp=2) == 8030261248  # half of the 16-bit bytes on each of 2 GPUs
 
 
 def test_awq_4bit_moe_weights():
@@ -137,35 +137,35 @@ def test_awq_4bit_moe_weights():
     # fp16 scale and 4-bit zero per 128 weights (0.51953125 bytes); embeddings, head, router, norms 2 bytes
     quantized = (905969664 + 28991029248) * (0.5 + 2.5 / 128)
     rest = (311164928 * 2 + 12582912 + 198656) * 2
-    assert mem.weight_bytes(a, 2, "awq", 4) == int(quantized + rest) == 16802648064
-    assert mem.weight_bytes(a, 2, "awq", 4) / GIB == pytest.approx(15.61, rel=0.01)  # vLLM measured 15.61 GiB
+    assert weights.weight_bytes(a, 2, "awq", 4) == int(quantized + rest) == 16802648064
+    assert weights.weight_bytes(a, 2, "awq", 4) / GIB == pytest.approx(15.61, rel=0.01)  # vLLM measured 15.61 GiB
 
 
 def test_mxfp4_quantizes_only_experts():
     a = arch("gpt-oss-20b")
-    parts = mem.param_breakdown(a)
+    parts = weights.param_breakdown(a)
     pad = (3072 / 2880) ** 2  # hidden 2880 and intermediate 2880 padded to multiples of 256
     expected = parts["experts"] * (0.5 + 1 / 32) * pad + (sum(parts.values()) - parts["experts"]) * 2
-    assert mem.weight_bytes(a, 2, "mxfp4") == int(expected)
+    assert weights.weight_bytes(a, 2, "mxfp4") == int(expected)
     # TP 2: each rank's intermediate 1440 pads to 1536; vLLM 0.19 measured 7.01 GiB per rank on H100
-    assert mem.weight_bytes(a, 2, "mxfp4", tp=2) / GIB == pytest.approx(7.01, rel=0.02)
+    assert weights.weight_bytes(a, 2, "mxfp4", tp=2) / GIB == pytest.approx(7.01, rel=0.02)
 
 
 def test_gguf_bits_per_type():
-    assert mem.gguf_bits("Qwen3-8B-Q4_K_M.gguf") == 4.85
-    assert mem.gguf_bits("unsloth/Qwen3-8B-GGUF:Q8_0") == 8.5
-    assert mem.gguf_bits("model.IQ1_S.gguf") == 1.56
-    assert mem.gguf_bits("Qwen3-8B") is None
+    assert weights.gguf_bits("Qwen3-8B-Q4_K_M.gguf") == 4.85
+    assert weights.gguf_bits("unsloth/Qwen3-8B-GGUF:Q8_0") == 8.5
+    assert weights.gguf_bits("model.IQ1_S.gguf") == 1.56
+    assert weights.gguf_bits("Qwen3-8B") is None
     a = arch("qwen3-8b")
     # file sizes of unsloth/Qwen3-8B-GGUF: Q8_0 8.71 GB, Q4_K_M 5.03 GB (every matrix quantized, norms not)
-    assert mem.weight_bytes(a, 2, "gguf", 8.5) / 1e9 == pytest.approx(8.71, rel=0.02)
-    assert mem.weight_bytes(a, 2, "gguf", 4.85) / 1e9 == pytest.approx(5.03, rel=0.02)
+    assert weights.weight_bytes(a, 2, "gguf", 8.5) / 1e9 == pytest.approx(8.71, rel=0.02)
+    assert weights.weight_bytes(a, 2, "gguf", 4.85) / 1e9 == pytest.approx(5.03, rel=0.02)
 
 
 @pytest.mark.parametrize("entry", load_models(), ids=lambda e: e["id"])
 def test_parameter_estimate_within_5_percent_of_published(entry):
     a = arch_from_preset(entry)
-    assert mem.param_count(a) / 1e9 == pytest.approx(entry["params_b"], rel=0.05)
+    assert weights.param_count(a) / 1e9 == pytest.approx(entry["params_b"], rel=0.05)
 
 
 def test_presets_cover_the_required_models():
@@ -183,16 +183,16 @@ def test_presets_cover_the_required_models():
 
 def test_activations_grow_with_batched_tokens_and_graphs_vanish_when_eager():
     a = arch("llama-3.1-8b")
-    small = mem.activation_bytes(a, 2048, 1, sampler=False)
-    big = mem.activation_bytes(a, 8192, 1, sampler=False)
+    small = profiling.activation_bytes(a, 2048, 1, sampler=False)
+    big = profiling.activation_bytes(a, 8192, 1, sampler=False)
     # three hidden-size buffers: vLLM 0.6.4 measured 2.07 and 2.99 GiB at 20,000 and 29,000 tokens
     assert big == 4 * small == 8192 * (3 * 14336 + 3 * 4096) * 2
-    assert mem.activation_bytes(a, 20000, 1, sampler=False) / GIB == pytest.approx(2.07, rel=0.01)
-    assert mem.activation_bytes(a, 29000, 1, sampler=False) / GIB == pytest.approx(2.99, rel=0.01)
-    assert mem.cuda_graph_bytes(a, enforce_eager=True) == 0
-    assert mem.cuda_graph_bytes(a) > 0
+    assert profiling.activation_bytes(a, 20000, 1, sampler=False) / GIB == pytest.approx(2.07, rel=0.01)
+    assert profiling.activation_bytes(a, 29000, 1, sampler=False) / GIB == pytest.approx(2.99, rel=0.01)
+    assert profiling.cuda_graph_bytes(a, enforce_eager=True) == 0
+    assert profiling.cuda_graph_bytes(a) > 0
     # the sampler term: 256 rows x 128,256 vocabulary x 39 bytes
-    assert mem.activation_bytes(a, 1, 256) == 256 * 128256 * 39
+    assert profiling.activation_bytes(a, 1, 256) == 256 * 128256 * 39
 
 
 def test_release_defaults():
@@ -217,7 +217,7 @@ def test_what_if_rows_and_given_numbers():
     assert abs(rows["fp8 KV cache"]["kv_cache_tokens"] - 2 * res.kv_cache_tokens) <= 16  # block rounding
     assert rows["--gpu-memory-utilization 0.95"]["kv_cache_bytes"] == pytest.approx(4.58e9 + 0.03 * 24e9, rel=1e-6)
     # a given weight size scales with the estimate: 4-bit linear layers + 16-bit embeddings = 36% of 16-bit here
-    ratio = mem.weight_bytes(a, 2, "awq", 4) / mem.weight_bytes(a, 2)
+    ratio = weights.weight_bytes(a, 2, "awq", 4) / weights.weight_bytes(a, 2)
     assert 0.3 < ratio < 0.4
     assert rows["4-bit weights (an AWQ/GPTQ checkpoint)"]["weights_bytes"] == pytest.approx(16e9 * ratio, rel=1e-6)
     assert rows["TP=2 (2 GPUs)"]["weights_bytes"] == pytest.approx(8e9, rel=1e-6)
@@ -230,7 +230,7 @@ def test_config_json_fields():
               "torch_dtype": "bfloat16", "tie_word_embeddings": True}
     a = arch_from_config(config, "tiny")
     assert a.kinds().count("full") == 2 and a.kinds()[5] == "full"
-    assert mem.model_kv_bytes_per_token(a) == 12 * 2 * 4 * 256 * 2
+    assert kvcache.model_kv_bytes_per_token(a) == 12 * 2 * 4 * 256 * 2
     nested = {"text_config": {**config, "sliding_window": None}, "torch_dtype": "float16"}
     assert arch_from_config(nested, "vl").sliding_window is None
 
@@ -275,15 +275,15 @@ def test_v0_without_chunked_prefill_profiles_the_whole_length():
 
 def test_multimodal_encoder_profiling_peak():
     a = arch("qwen2-vl-2b")
-    assert mem.encoder_items(a, 2048) == 1          # budget max(2048, 16384) holds one largest image
-    assert mem.encoder_bytes(a, 2048) / GIB == pytest.approx(2.16, rel=0.01)
+    assert profiling.encoder_items(a, 2048) == 1          # budget max(2048, 16384) holds one largest image
+    assert profiling.encoder_bytes(a, 2048) / GIB == pytest.approx(2.16, rel=0.01)
     res = sizing.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB))
-    assert res.activation_bytes == mem.encoder_bytes(a, res.max_num_batched_tokens)
+    assert res.activation_bytes == profiling.encoder_bytes(a, res.max_num_batched_tokens)
     skipped = sizing.plan_memory(_inp("qwen2-vl-2b", version=(0, 10, 2), max_model_len=4096, gpu_bytes=15.99 * GIB,
                                    skip_mm_profiling=True))
     assert skipped.activation_bytes < res.activation_bytes
     # Gemma 3's 256-token images: 32 of them in an 8192-token budget
-    assert mem.encoder_items(arch("gemma-3-12b"), 8192) == 32
+    assert profiling.encoder_items(arch("gemma-3-12b"), 8192) == 32
 
 
 def test_max_model_len_auto_picks_the_longest_length_that_fits():
@@ -316,18 +316,18 @@ def test_hybrid_linear_attention_state_and_page_unification():
     a = arch("qwen3-next-80b")
     assert a.kinds().count("full") == 12 and a.kinds()[:4] == ["linear", "linear", "linear", "full"]
     # conv state (2 x 16 x 128 + 32 x 128) x 3 + state matrix 32 x 128 x 128, 2 bytes each
-    assert mem.state_bytes_per_layer(a, 1) == ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 2
+    assert kvcache.state_bytes_per_layer(a, 1) == ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 2
     # attention page per token and layer: 2 KV heads x 256 x 2 x 2 = 2048 B -> block of 544 tokens holds a state
-    assert mem.hybrid_block_size(a, 1) == 544
-    assert mem.hybrid_block_size(a, 4) == 272  # TP 4: the state splits by heads, the KV head is replicated
-    assert mem.model_kv_bytes_per_token(a) == 12 * 2048  # only the full-attention layers cache tokens
-    short = mem.request_kv_bytes(a, 1024, block_size=544)
+    assert kvcache.hybrid_block_size(a, 1) == 544
+    assert kvcache.hybrid_block_size(a, 4) == 272  # TP 4: the state splits by heads, the KV head is replicated
+    assert kvcache.model_kv_bytes_per_token(a) == 12 * 2048  # only the full-attention layers cache tokens
+    short = kvcache.request_kv_bytes(a, 1024, block_size=544)
     assert short == (12 * 2 + 36) * 544 * 2048  # 2 blocks for each attention layer, one state page per other
-    assert mem.request_kv_bytes(a, 1024, block_size=544, state_pages=2) == short + 36 * 544 * 2048
+    assert kvcache.request_kv_bytes(a, 1024, block_size=544, state_pages=2) == short + 36 * 544 * 2048
     res = sizing.plan_memory(sizing.PlanInput(arch=a, gpu_bytes=79.19 * GIB, tensor_parallel_size=4,
                                               max_model_len=32768, version=(0, 24, 0)))
     assert res.block_size == 272 and res.state_pages == 1
-    naive = mem.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
+    naive = kvcache.kv_cache_tokens(res.kv_cache_bytes, res.kv_bytes_per_token)
     assert 0 < res.kv_cache_tokens < naive  # state pages count: fewer tokens than attention alone suggests
     assert res.kv_cache_tokens == int(res.max_concurrency * 32768)  # 0.22+: concurrency x length
     assert any("hybrid Gated DeltaNet" in line for line in sizing.physics_assumptions(res))
@@ -363,21 +363,21 @@ def test_mamba_state_and_layouts():
     assert nemo.state_kind == "mamba2" and nemo.kinds().count("full") == 4 and nemo.kinds().count("linear") == 24
     assert nemo.kinds().count("none") == 24  # MLP-only layers cache nothing
     # Jamba: (8192 x 3 conv + 8192 x 16 state) x 2 bytes; Nemotron-H: (10240 x 3 + 128 x 64 x 128) x 2
-    assert mem.state_bytes_per_layer(jamba) == (8192 * 3 + 8192 * 16) * 2
-    assert mem.state_bytes_per_layer(nemo) == (10240 * 3 + 128 * 64 * 128) * 2
-    assert mem.state_bytes_per_layer(nemo, tp=2) == (5120 * 3 + 64 * 64 * 128) * 2
-    assert mem.model_kv_bytes_per_token(nemo) == 4 * 2 * 8 * 128 * 2
+    assert kvcache.state_bytes_per_layer(jamba) == (8192 * 3 + 8192 * 16) * 2
+    assert kvcache.state_bytes_per_layer(nemo) == (10240 * 3 + 128 * 64 * 128) * 2
+    assert kvcache.state_bytes_per_layer(nemo, tp=2) == (5120 * 3 + 64 * 64 * 128) * 2
+    assert kvcache.model_kv_bytes_per_token(nemo) == 4 * 2 * 8 * 128 * 2
     # the parameter estimates of the hybrid layouts land on the published totals
     for name in ("jamba-v0.1", "nemotron-h-8b", "qwen3.5-35b-a3b"):
         spec = load_model(name)
-        assert mem.param_count(spec.arch) / 1e9 == pytest.approx(spec.arch.params_b, rel=0.05), name
+        assert weights.param_count(spec.arch) / 1e9 == pytest.approx(spec.arch.params_b, rel=0.05), name
     # V0 (0.6.x) keeps Jamba's state outside the cache: 256 sequences x 28 layers of state in the activations
     v0 = sizing.plan_memory(_inp("jamba-v0.1", version=(0, 6, 4), max_model_len=8192))
     assert v0.state_pages == 0 and v0.block_size == 16
-    assert v0.kv_cache_tokens == mem.kv_cache_tokens(v0.kv_cache_bytes, v0.kv_bytes_per_token)
-    assert v0.activation_bytes >= 256 * 28 * mem.state_bytes_per_layer(jamba)
+    assert v0.kv_cache_tokens == kvcache.kv_cache_tokens(v0.kv_cache_bytes, v0.kv_bytes_per_token)
+    assert v0.activation_bytes >= 256 * 28 * kvcache.state_bytes_per_layer(jamba)
     v1 = sizing.plan_memory(_inp("nemotron-h-8b", version=(0, 24, 0), max_model_len=8192))
-    assert v1.state_pages == 1 and v1.block_size == mem.hybrid_block_size(nemo)
+    assert v1.state_pages == 1 and v1.block_size == kvcache.hybrid_block_size(nemo)
     assert v1.kv_cache_tokens == int(v1.max_concurrency * 8192)
     assert any(line.startswith("hybrid Mamba-2: 4 of 52 layers") for line in sizing.physics_assumptions(v1))
     assert any("outside the KV cache" in line for line in sizing.physics_assumptions(v0))
@@ -434,7 +434,7 @@ def test_docstring_examples_of_the_arithmetic_hold():
 
     from diagnoser.vllm import units
 
-    for module in (mem, sizing, units):
+    for module in (mem, archspec, kvcache, weights, profiling, sizing, units):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 
@@ -462,7 +462,7 @@ def test_mamba_hybrids_from_config_json():
         "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "expand": 2,
         "mlp_hidden_act": "relu2", "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}, "nemo")
     assert nemo.state_kind == "mamba2" and nemo.mlp_matrices == 2
-    assert mem.state_bytes_per_layer(nemo) == mem.state_bytes_per_layer(arch("nemotron-h-8b"))
+    assert kvcache.state_bytes_per_layer(nemo) == kvcache.state_bytes_per_layer(arch("nemotron-h-8b"))
     assert nemo.kinds() == arch("nemotron-h-8b").kinds()
     jamba = arch_from_config({
         "model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
@@ -470,7 +470,7 @@ def test_mamba_hybrids_from_config_json():
         "attn_layer_period": 8, "mamba_d_conv": 4, "mamba_d_state": 16, "mamba_expand": 2,
         "num_experts": 16, "num_experts_per_tok": 2, "torch_dtype": "bfloat16"}, "jamba")
     assert jamba.state_kind == "mamba1" and jamba.kinds() == arch("jamba-v0.1").kinds()
-    assert mem.state_bytes_per_layer(jamba) == (8192 * 3 + 8192 * 16) * 2
+    assert kvcache.state_bytes_per_layer(jamba) == (8192 * 3 + 8192 * 16) * 2
     # a Qwen3.5 config fixes its SSM state dtype
     qwen = arch_from_config({
         "model_type": "qwen3_5_text", "num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 8,

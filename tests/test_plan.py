@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diagnoser.cli.main import main, plan_command
+from diagnoser.cli.main import main
+from diagnoser.cli.plan import plan_command
 from diagnoser.errors import UsageError
 from diagnoser.plan import parse_size
 from diagnoser.vllm import sizing

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from diagnoser.cli.main import plan_command
+from diagnoser.cli.plan import plan_command
 from diagnoser.launch import parse_pins, read_launch_file, shell_words, simple_commands
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from diagnoser.analysis.tracker import Context
-from diagnoser.cli.main import plan_command
+from diagnoser.cli.plan import plan_command
 from diagnoser.errors import UsageError
 from diagnoser.plan import VllmRejects, plan_config
 from diagnoser.plan.resolve import COMMAND, DEFAULT, LOG, OPTION, TABLE, resolve

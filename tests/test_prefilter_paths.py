@@ -16,7 +16,10 @@ import pytest
 
 from diagnoser.analysis.pipeline import diagnose, prefilter_for
 from diagnoser.ingest import reader
-from diagnoser.ingest.reader import Prefilter, ReadStats, _block_lines, blank_user_content, is_user_content
+from diagnoser.ingest.prefilter import Prefilter
+from diagnoser.ingest.reader import ReadStats
+from diagnoser.ingest.request_lines import blank_user_content, is_user_content
+from diagnoser.ingest.selection import block_lines
 from diagnoser.rules.loader import builtin_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -47,9 +50,9 @@ def _block(seed: int) -> bytes:
 def _lines(block: bytes, prefilter: Prefilter, fast: bool) -> list[tuple]:
     st = ReadStats()
     if fast:
-        got = _block_lines(block, 0, prefilter, None, 0, st, blank=is_user_content)
+        got = block_lines(block, 0, prefilter, None, 0, st, blank=is_user_content)
     else:
-        got = _block_lines(blank_user_content(block), 0, prefilter, None, 0, st)
+        got = block_lines(blank_user_content(block), 0, prefilter, None, 0, st)
     return [(ln.number, ln.text, ln.raw, ln.follow) for ln in got]
 
 
@@ -122,7 +125,7 @@ def test_a_log_past_the_paste_size_is_diagnosed_as_the_same_log_read_the_plain_w
 
 def test_folded_aggregate_hits_give_the_finding_the_whole_group_gives(monkeypatch):
     """300 preemption warnings over two ranks: folding them as they come changes no figure of the finding."""
-    from diagnoser.analysis import advise, matcher
+    from diagnoser.analysis import advise, fold
 
     lines = ["INFO 05-01 10:00:00 llm_engine.py:70] Initializing an LLM engine (v0.6.3) with config: model='org/m'"]
     for i in range(300):
@@ -137,8 +140,8 @@ def test_folded_aggregate_hits_give_the_finding_the_whole_group_gives(monkeypatc
 
     folded = diagnose(io.BytesIO(data), "x", builtin_rules())
     kept = []
-    original_add, original_findings = matcher.Fold.add, advise.Advisor.findings
-    monkeypatch.setattr(matcher.Fold, "add", lambda self, hit: kept.append(hit) or original_add(self, hit) or True)
+    original_add, original_findings = fold.Fold.add, advise.Advisor.findings
+    monkeypatch.setattr(fold.Fold, "add", lambda self, hit: kept.append(hit) or original_add(self, hit) or True)
     monkeypatch.setattr(advise.Advisor, "findings", lambda self, hits, ctx, folds=None: original_findings(self, hits, ctx))
     whole = diagnose(io.BytesIO(data), "x", builtin_rules())
     assert len(kept) == 300
@@ -169,7 +172,7 @@ def test_keyword_index_finds_the_same_keywords_keyword_by_keyword_and_by_engine(
 @pytest.mark.parametrize("seed", range(3))
 def test_a_block_pattern_finds_the_same_matches_in_short_and_long_ranges(seed, monkeypatch):
     pytest.importorskip("hyperscan")
-    from diagnoser.analysis.serving.series import BLOCK_ERROR
+    from diagnoser.analysis.serving.stats_lines import BLOCK_ERROR
     from diagnoser.ingest import keywords
 
     block = _block(seed).replace(b'" 200 OK', b'" 503 Service Unavailable', 3)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 
 from diagnoser.ingest import reader
-from diagnoser.ingest.reader import Prefilter, ReadStats, clean_text, parse_line, read_lines, split_flattened
+from diagnoser.ingest.clean import clean_text, split_flattened
+from diagnoser.ingest.line import parse_line
+from diagnoser.ingest.prefilter import Prefilter
+from diagnoser.ingest.reader import ReadStats, read_lines
 
 
 def lines_of(data: bytes, keywords=None):
@@ -137,7 +140,7 @@ def test_request_log_lines_are_marked_user_content():
 
 
 def test_request_logger_lines_are_blanked_before_the_prefilter():
-    from diagnoser.ingest.reader import blank_user_content
+    from diagnoser.ingest.request_lines import blank_user_content
 
     block = (b"INFO 01-01 00:00:00 [a.py:1] ok\n"
              b"(APIServer pid=1) INFO 01-01 00:00:01 [logger.py:43] Received request c1: prompt: 'CUDA out of memory "
@@ -223,7 +226,7 @@ def test_line_index_answers_questions_in_any_order_counting_each_byte_once() -> 
     """The access-line counts ask about the block's end first, then the hits ask in increasing order: each
     question resumes from the nearest offset asked before, so the block is counted over once in all (the old
     index recounted from the start for every hit: a block of thousands of keyword lines was quadratic)."""
-    from diagnoser.ingest.reader import LineIndex
+    from diagnoser.ingest.selection import LineIndex
 
     raw = b"".join(b"line %d\n" % i for i in range(2000))
     block = _CountingBlock(raw)
@@ -241,7 +244,9 @@ def test_a_sparse_block_has_its_lines_counted_once() -> None:
     """Keyword lines among access lines: the dense-block test must not count the block's lines before the hits'
     line numbers count them again (two passes over every block of a quiet serving log)."""
     from diagnoser.analysis.pipeline import prefilter_for
-    from diagnoser.ingest.reader import LineIndex, ReadStats, _block_lines, is_user_content
+    from diagnoser.ingest.reader import ReadStats
+    from diagnoser.ingest.request_lines import is_user_content
+    from diagnoser.ingest.selection import LineIndex, block_lines
     from diagnoser.rules.loader import builtin_rules
 
     access = b'INFO:     10.0.3.7:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
@@ -250,7 +255,7 @@ def test_a_sparse_block_has_its_lines_counted_once() -> None:
     block = _CountingBlock((access * 40 + stats) * 50)
     block.scanned = []
     prefilter = prefilter_for(builtin_rules())
-    lines = list(_block_lines(block, 0, prefilter, None, 0, ReadStats(), blank=is_user_content,
-                              starts=prefilter.hit_lines(block), index=LineIndex(block)))
+    lines = list(block_lines(block, 0, prefilter, None, 0, ReadStats(), blank=is_user_content,
+                             starts=prefilter.hit_lines(block), index=LineIndex(block)))
     assert [ln.number for ln in lines] == [41 * k for k in range(1, 51)]
     assert sum(end - start for start, end in block.scanned) <= len(block)

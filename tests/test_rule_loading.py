@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnoser.rules.loader import RuleError, load_rule_file, load_rules
+from diagnoser.rules.loader import load_rule_file, load_rules
+from diagnoser.rules.model import RuleError
 from tests.rulepack import demo_rule
 from tests.rulepack import write_rule as write
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.rules.loader import RuleError, builtin_rules, load_rule_file, load_rules
+from diagnoser.rules.loader import builtin_rules, load_rule_file, load_rules
+from diagnoser.rules.model import RuleError
 from diagnoser.rules.selftest import case_results, run_cases
 from tests.rulepack import demo_rule
 from tests.rulepack import write_rule as write

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from diagnoser.analysis.pipeline import diagnose, diagnose_text
-from diagnoser.analysis.serving.series import MAX_BUCKETS, Buckets, Clock, Series
+from diagnoser.analysis.serving.buckets import MAX_BUCKETS, Buckets
+from diagnoser.analysis.serving.clock import Clock
+from diagnoser.analysis.serving.series import Series
 
 from .conftest import FIXTURES
 
@@ -96,7 +98,7 @@ def test_each_bucket_sums_up_exactly_the_points_it_covers_after_any_number_of_ha
 
 
 def test_year_less_clock_crosses_new_year():
-    from diagnoser.ingest.reader import parse_line
+    from diagnoser.ingest.line import parse_line
 
     c = Clock()
     t1 = c.of_line(parse_line(1, "INFO 12-31 23:59:50 [loggers.py:1] x"))
@@ -161,14 +163,14 @@ def _stats_log(lines: int) -> str:
 
 def test_folded_window_hits_give_the_same_findings(monkeypatch):
     """A long series of windows keeps only the hits a finding shows whole; its facts are those of all hits."""
-    from diagnoser.analysis import matcher
+    from diagnoser.analysis import fold
     from diagnoser.report.model import report_dict
 
     text = _stats_log(6000)
     folded = diagnose_text(text)
     windows = sum(t.windows["throughput-collapse"].total for t in folded.series.tracks.values())
     assert windows > 300
-    monkeypatch.setattr(matcher._Firsts, "add", lambda self, i, h, kept: self.kept.append((i, h)))
+    monkeypatch.setattr(fold.Firsts, "add", lambda self, i, h, kept: self.kept.append((i, h)))
     whole = diagnose_text(text)
     assert any(f.rule.id == "throughput-collapse" for f in folded.findings)
     assert report_dict(folded, series=True) == report_dict(whole, series=True)
@@ -195,7 +197,7 @@ def _saturated_every_minute(n: int) -> str:
 def _live_windows() -> int:
     import gc
 
-    from diagnoser.analysis.serving.series import Window
+    from diagnoser.analysis.serving.detectors import Window
 
     gc.collect()
     return sum(isinstance(o, Window) for o in gc.get_objects())
@@ -204,7 +206,7 @@ def _live_windows() -> int:
 def test_ten_thousand_windows_report_what_ten_do():
     """The preemption finding of 10,000 saturation windows: one hit per window, the same figures and the same
     first evidence as 10 windows of the same cycle, every window's seconds summed; its listing stops at 100."""
-    from diagnoser.analysis.matcher import MAX_LISTED
+    from diagnoser.analysis.fold import MAX_LISTED
     from diagnoser.report.model import report_dict
 
     small, large = (diagnose_text(_saturated_every_minute(n)) for n in (10, 10_000))
@@ -243,7 +245,7 @@ def test_a_finding_of_many_windows_still_says_how_many_and_the_longest(n):
 def test_a_long_series_holds_a_bounded_number_of_windows():
     """10,000 reported windows: at most MAX_WINDOWS held in memory per detector, as many as for 1,000, the rest
     spilled and read back in order (the series still yields every one, the HTML shades every one)."""
-    from diagnoser.analysis.serving.series import MAX_WINDOWS
+    from diagnoser.analysis.serving.spill import MAX_WINDOWS
     from diagnoser.report import renderer
 
     before = _live_windows()
@@ -267,7 +269,7 @@ def test_windows_stay_in_memory_when_they_cannot_be_spilled(monkeypatch, failure
     import errno
     import tempfile
 
-    from diagnoser.analysis.serving.series import SPILL_BATCH
+    from diagnoser.analysis.serving.spill import SPILL_BATCH
     from diagnoser.report import renderer
 
     text = _saturated_every_minute(3_000)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 
 from diagnoser.analysis.pipeline import diagnose_text, prefilter_for
-from diagnoser.analysis.serving.series import MAX_WINDOWS
+from diagnoser.analysis.serving.spill import MAX_WINDOWS
 from diagnoser.ingest import dense as shaped
+from diagnoser.ingest.clean import physical_to_lines
 from diagnoser.ingest.keywords import KeywordIndex
-from diagnoser.ingest.reader import ReadStats, _physical_to_lines, read_lines
+from diagnoser.ingest.reader import ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
 from diagnoser.report.model import report_dict
 from diagnoser.rules.loader import builtin_rules
@@ -50,7 +51,7 @@ def test_dense_block_gives_the_slow_paths_lines(monkeypatch):
     got = list(read_lines(io.BytesIO(data), prefilter_for(builtin_rules()), Redactor(), ReadStats()))
     slow_redactor = Redactor()
     want = [ln for n, raw in enumerate(data.split(b"\n")[:-1], 1)
-            for ln in _physical_to_lines(n, raw, slow_redactor, False)]
+            for ln in physical_to_lines(n, raw, slow_redactor, False)]
     assert got == want
     assert any("[REDACTED" in ln.text or "sk-abc" not in ln.text for ln in got if "api-key" in ln.text)
     assert sum(map(bool, shaped._verdicts.values())) >= 2  # the fast path was taken (V0 and V1 shapes)
@@ -142,7 +143,7 @@ def test_tagged_lines_take_the_fast_path_with_the_slow_paths_lines(monkeypatch):
     got = list(read_lines(io.BytesIO(data), prefilter_for(builtin_rules()), Redactor(), ReadStats()))
     slow_redactor = Redactor()
     want = [ln for n, raw in enumerate(data.split(b"\n")[:-1], 1)
-            for ln in _physical_to_lines(n, raw, slow_redactor, False)]
+            for ln in physical_to_lines(n, raw, slow_redactor, False)]
     assert got == want
     tagged = [ln for ln in got if ln.process == "APIServer"]
     assert tagged and all(ln.pid == 1 and ln.raw.startswith("(APIServer pid=1) INFO") for ln in tagged)
@@ -161,7 +162,7 @@ def test_fast_paths_give_the_slow_paths_report(monkeypatch):
 
     text = _mixed_log()
     fast = report_dict(diagnose_text(text), series=True)
-    monkeypatch.setattr(reader, "_block_lines", _general_block_lines(reader._block_lines))
+    monkeypatch.setattr(reader, "block_lines", _general_block_lines(reader.block_lines))
     monkeypatch.setattr(matcher.Matcher, "series_evidence", lambda self, kind: None)
     slow = report_dict(diagnose_text(text), series=True)
     assert fast == slow
@@ -172,9 +173,9 @@ def test_fast_paths_give_the_slow_paths_report(monkeypatch):
 
 
 def _general_block_lines(block_lines):
-    """reader._block_lines with the dense fast path refused (is_dense answers False)."""
+    """selection.block_lines with the dense fast path refused (is_dense answers False)."""
     def general(*args, **kwargs):
-        from diagnoser.ingest import dense as s
+        from diagnoser.ingest import selection as s
 
         keep = s.is_dense
         s.is_dense = lambda *a, **k: False
@@ -186,7 +187,7 @@ def _general_block_lines(block_lines):
 
 
 def test_window_facts_computed_when_asked_are_the_window_facts():
-    from diagnoser.analysis.serving.series import LocalFacts, window_facts
+    from diagnoser.analysis.serving.facts import LocalFacts, window_facts
 
     report = diagnose_text(_collapsing_stats(600))
     windows = [w for t in report.series.tracks.values() for ws in t.windows.values() for w in ws]

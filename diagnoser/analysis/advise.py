@@ -13,10 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnoser.analysis.matcher import MAX_EVIDENCE, Evaluator, Fold, Hit, derive_facts, drop_shadowed, template_names
+from diagnoser.analysis.expressions import Evaluator, derive_facts, template_names
+from diagnoser.analysis.fold import Fold
+from diagnoser.analysis.hits import MAX_EVIDENCE, Hit, drop_shadowed
 from diagnoser.analysis.tracker import Context
 from diagnoser.ingest.reader import Line
-from diagnoser.rules.loader import SEVERITY_RANK, Fix, Rule
+from diagnoser.rules.model import SEVERITY_RANK, Fix, Rule
 from diagnoser.vllm import serve_args
 from diagnoser.vllm.flags import lookup as lookup_flag
 
@@ -333,47 +335,40 @@ class Advisor:
         found: list[Finding] = []
         for group in _group(drop_shadowed(hits)):
             rule = group[0].rule
-            fold = folds.get(rule.id) if folds and rule.aggregate else None
-            if fold is not None:
-                facts = fold.facts(rule)
-            else:
-                facts = _aggregate(rule, group) if rule.aggregate else _merged_facts(group)
-            first = group[0]
-            specific = [h for h in group if not h.pattern.generic]
-            anchor = specific[0] if specific else first
-            # the same error printed again with frames or after a landmark (a C++ watchdog line first, the
-            # Python traceback later) says where it happened, when its first printing does not
-            staged = anchor if anchor.stage is not None else next(
-                (h for h in (specific or group) if h.stage is not None), anchor)
-            stage = staged.stage if (staged.stage in rule.stage_choices or not rule.stage) else rule.stage
-            facts = derive_facts(rule, facts, ctx_dict, self.ev, stage)
-            evidence = _evidence(group)
-            ranks = sorted(fold.ranks if fold is not None else {h.line.rank for h in group if h.line.rank is not None})
-            finding = Finding(
-                rule=rule, severity=rule.severity, stage=stage,
-                fine_stage=rule.fine_stage or staged.fine_stage, line=anchor.line.number,
-                end_line=max(anchor.end_line, anchor.line.number), evidence=evidence, facts=facts,
-                ranks=ranks, occurrences=fold.count if fold is not None else len(group), generic=not specific,
-            )
-            if "cause" in rule.facts and "cause" not in facts:
+            finding = self._finding(group, folds.get(rule.id) if folds and rule.aggregate else None, ctx_dict)
+            if "cause" in rule.facts and "cause" not in finding.facts:
                 _take_cause(finding, hits, ctx)
-            if rule.keep_when and not self.ev.truth(
-                    rule.keep_when, {**template_names(facts, ctx_dict), "line": finding.line, "stage": stage,
-                                     "fine_stage": finding.fine_stage}):
+            if not self._kept(finding, ctx_dict):
                 continue
             if finding.severity == "error" and _recovered(finding, ctx):
                 finding.severity = "info"
                 finding.facts["recovered_at"] = ctx.ready_line
             self._render(finding, ctx, ctx_dict)
             found.append(finding)
-        errors = [f for f in found if f.severity == "error" and not f.rule.fallback]
-        if errors:
-            found = [f for f in found if not f.rule.fallback]
-        else:
-            fallbacks = [f for f in found if f.rule.fallback]
-            found = [f for f in found if not f.rule.fallback] + fallbacks[:1]
-        found.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.rule.fallback, f.rule.wrapper, f.generic, f.line))
-        return found
+        return _ranked(found)
+
+    def _finding(self, group: list[Hit], fold: Fold | None, ctx_dict: dict[str, Any]) -> Finding:
+        """One group's finding: its facts (derived ones too), stage, first line, evidence and ranks."""
+        rule = group[0].rule
+        specific = [h for h in group if not h.pattern.generic]
+        anchor = specific[0] if specific else group[0]
+        staged = _staged_hit(group, specific, anchor)
+        stage = staged.stage if (staged.stage in rule.stage_choices or not rule.stage) else rule.stage
+        facts = derive_facts(rule, _group_facts(rule, group, fold), ctx_dict, self.ev, stage)
+        ranks = sorted(fold.ranks if fold is not None else {h.line.rank for h in group if h.line.rank is not None})
+        return Finding(
+            rule=rule, severity=rule.severity, stage=stage,
+            fine_stage=rule.fine_stage or staged.fine_stage, line=anchor.line.number,
+            end_line=max(anchor.end_line, anchor.line.number), evidence=_evidence(group), facts=facts,
+            ranks=ranks, occurrences=fold.count if fold is not None else len(group), generic=not specific,
+        )
+
+    def _kept(self, finding: Finding, ctx_dict: dict[str, Any]) -> bool:
+        """The rule's `keep_when` on the finished finding (true when the rule has none)."""
+        rule = finding.rule
+        return not rule.keep_when or self.ev.truth(
+            rule.keep_when, {**template_names(finding.facts, ctx_dict), "line": finding.line, "stage": finding.stage,
+                             "fine_stage": finding.fine_stage})
 
     def _render(self, finding: Finding, ctx: Context, ctx_dict: dict[str, Any]) -> None:
         rule = finding.rule
@@ -425,6 +420,35 @@ class Advisor:
             if rule is None:
                 return ""
             return f"{rule.title}. (Advice could not be computed from these numbers: {exc}.)"
+
+
+def _group_facts(rule: Rule, group: list[Hit], fold: Fold | None) -> dict[str, Any]:
+    """A group's facts: an aggregate rule's from its fold (or its hits), another rule's merged across ranks."""
+    if fold is not None:
+        return fold.facts(rule)
+    return _aggregate(rule, group) if rule.aggregate else _merged_facts(group)
+
+
+def _staged_hit(group: list[Hit], specific: list[Hit], anchor: Hit) -> Hit:
+    """The hit whose stage is the finding's: the anchor, else the first (specific) hit with a stage. The same
+    error printed again with frames or after a landmark (a C++ watchdog line first, the Python traceback
+    later) says where it happened, when its first printing does not."""
+    if anchor.stage is not None:
+        return anchor
+    return next((h for h in (specific or group) if h.stage is not None), anchor)
+
+
+def _ranked(found: list[Finding]) -> list[Finding]:
+    """A fallback finding speaks only when no other finding is an error (and then only the first one); ranked by
+    severity, fallback last, a wrapper after what it wraps, specific before generic, then the earliest line."""
+    errors = [f for f in found if f.severity == "error" and not f.rule.fallback]
+    if errors:
+        found = [f for f in found if not f.rule.fallback]
+    else:
+        fallbacks = [f for f in found if f.rule.fallback]
+        found = [f for f in found if not f.rule.fallback] + fallbacks[:1]
+    found.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.rule.fallback, f.rule.wrapper, f.generic, f.line))
+    return found
 
 
 #: The rule whose hits are original exceptions (it skips the wrappers): candidates for the cause a death

@@ -9,14 +9,18 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from diagnoser.analysis.advise import Advisor, Finding
-from diagnoser.analysis.matcher import Hit, Matcher
-from diagnoser.analysis.serving.series import BLOCK_ERROR, Series, access_counts
+from diagnoser.analysis.hits import Hit
+from diagnoser.analysis.matcher import Matcher
 from diagnoser.analysis.serving.series import KEYWORDS as SERIES_KEYWORDS
+from diagnoser.analysis.serving.series import Series
+from diagnoser.analysis.serving.stats_lines import BLOCK_ERROR
 from diagnoser.analysis.tracker import Context, Tracker, landmark_keywords
 from diagnoser.ingest.keywords import SMALL_BLOCK, BlockPattern
-from diagnoser.ingest.reader import Prefilter, ReadStats, read_lines
+from diagnoser.ingest.prefilter import Prefilter
+from diagnoser.ingest.reader import ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
-from diagnoser.rules.loader import Rule, builtin_rules
+from diagnoser.rules.loader import builtin_rules
+from diagnoser.rules.model import Rule
 
 
 @dataclass
@@ -123,7 +127,7 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     seen = 0
     sniffer = _Sniffer(stream)
     for line in read_lines(sniffer, prefilter_for(rules), redactor, stats,  # type: ignore[arg-type]
-                           on_block=series.access_block, prepass=access_counts):
+                           on_block=series.access_block):
         matcher.feed(line, tracker.observe(line))
         series.observe(line)
         if on_hit is not None and len(matcher.hits) > seen:

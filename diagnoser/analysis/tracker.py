@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cached_property, lru_cache
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from diagnoser import datafiles
 from diagnoser.ingest.dense import ShapeCache, ShapePlans
 from diagnoser.ingest.keywords import KeywordIndex
-from diagnoser.ingest.reader import Line
+from diagnoser.ingest.line import Line
 from diagnoser.vllm import serve_args
 from diagnoser.vllm.releases import default, engine_for, parse_version
 from diagnoser.vllm.stages import coarse, order
@@ -369,55 +370,80 @@ class Tracker:
         return proc.frame_stage
 
     def _apply(self, mark: Landmark, text: str, number: int = 0, timestamp: str | None = None) -> None:
-        ctx = self.context
+        """A landmark on a line: what its regex's groups say (each group by its reader: _GROUP_READERS), then
+        what the landmark itself marks (a stop, a stage, the engine, context flags, a stats line)."""
         if mark.regex is not None:
             m = mark.regex.search(text)
             if not m:
                 return
             for name, raw in m.groupdict().items():
-                if raw is None:
-                    continue
-                if name == "command":
-                    self._settings(parse_command(raw), engine_line=False)
-                    ctx.args_source = ctx.args_source or "command"
-                elif name == "settings":
-                    self._settings(parse_settings(raw), engine_line=mark.stage == "config")
-                    if text.lstrip().startswith("non-default args"):
-                        self._nondefault_seen = True
-                        ctx.args_source = "non-default"
-                    elif text.lstrip().startswith("args: Namespace"):
-                        ctx.args_source = "namespace"
-                elif name in ("version", "model", "gpu_name", "platform"):
-                    setattr(ctx, name, raw.strip())
-                else:
-                    value = to_number(raw)
-                    if value is not None and hasattr(ctx, name):
-                        setattr(ctx, name, value)
+                if raw is not None:
+                    _GROUP_READERS.get(name, Tracker._read_number)(self, mark, name, raw, text)
+        ctx = self.context
         if mark.interrupt:
             ctx.interrupted_line, ctx.interrupted_stage = number, coarse(self.stage)
+        self._move_stage(mark)
+        if mark.engine:
+            ctx.engine = mark.engine
+        self._set_flags(mark, number, timestamp)
+        if mark.stats:
+            self._stats(text, number)
+        if ctx.engine is None and ctx.version:
+            self._engine_from_version()
+
+    def _read_command(self, mark: Landmark, name: str, raw: str, text: str) -> None:
+        """The command line the server was started with: its settings are the user's."""
+        self._settings(parse_command(raw), engine_line=False)
+        self.context.args_source = self.context.args_source or "command"
+
+    def _read_settings(self, mark: Landmark, name: str, raw: str, text: str) -> None:
+        """`non-default args: {...}`, `args: Namespace(...)` or the engine's config line."""
+        ctx = self.context
+        self._settings(parse_settings(raw), engine_line=mark.stage == "config")
+        if text.lstrip().startswith("non-default args"):
+            self._nondefault_seen = True
+            ctx.args_source = "non-default"
+        elif text.lstrip().startswith("args: Namespace"):
+            ctx.args_source = "namespace"
+
+    def _read_text(self, mark: Landmark, name: str, raw: str, text: str) -> None:
+        """A context field that is text (the release, the model, the GPU, the platform)."""
+        setattr(self.context, name, raw.strip())
+
+    def _read_number(self, mark: Landmark, name: str, raw: str, text: str) -> None:
+        """Any other group: a number for the context field of its name, when there is one."""
+        value = to_number(raw)
+        if value is not None and hasattr(self.context, name):
+            setattr(self.context, name, value)
+
+    def _move_stage(self, mark: Landmark) -> None:
+        """A landmark's stage becomes the current one when stages may move there."""
+        ctx = self.context
         ready = ctx.server_started or ctx.engine_ready
         # a stop before the server was ready leaves the stage where the start-up was
         # (a landmark of the stage it is in, a stats line while serving, leaves it there: no order to look up)
         if mark.stage and mark.stage != self.stage and self._advances(mark.stage) and (
                 mark.stage != "shutdown" or ready):
             self.stage = mark.stage
-        if mark.engine:
-            ctx.engine = mark.engine
+
+    def _set_flags(self, mark: Landmark, number: int, timestamp: str | None) -> None:
+        """The context fields the landmark sets; the server's ready line and time."""
+        ctx = self.context
         for key, value in mark.sets.items():
             setattr(ctx, key, value)
         if mark.sets.get("server_started") or (mark.sets.get("engine_ready") and not ctx.server_started):
             # uvicorn's own lines carry no timestamp: keep the one vLLM's "Starting ... server" line had
             ctx.ready_line, ctx.ready_time = number, timestamp or ctx.ready_time
-        if mark.stats:
-            self._stats(text, number)
-        if ctx.engine is None and ctx.version:
-            # V1 is the only engine once VLLM_USE_V1 is gone (0.11) and was opt-in before 0.8; between, the
-            # init line tells
-            v = parse_version(ctx.version)
-            if default("v1_only", v):
-                ctx.engine = "V1"
-            elif engine_for(v) == "V0":
-                ctx.engine = "V0"
+
+    def _engine_from_version(self) -> None:
+        """V1 is the only engine once VLLM_USE_V1 is gone (0.11) and was opt-in before 0.8; between, the init
+        line tells."""
+        ctx = self.context
+        v = parse_version(ctx.version)
+        if default("v1_only", v):
+            ctx.engine = "V1"
+        elif engine_for(v) == "V0":
+            ctx.engine = "V0"
 
     def finish(self) -> Context:
         """Fill what the release's defaults say when the log listed only non-default args."""
@@ -468,8 +494,19 @@ class Tracker:
             ctx.max_waiting_reqs = max(int(text[slice(*got["waiting"])]), ctx.max_waiting_reqs or 0)
 
 
+#: How the tracker reads a landmark regex's named group, by the group's name (any other: _read_number).
+_GROUP_READERS: dict[str, Callable[[Tracker, Landmark, str, str, str], None]] = {
+    "command": Tracker._read_command,
+    "settings": Tracker._read_settings,
+    "version": Tracker._read_text,
+    "model": Tracker._read_text,
+    "gpu_name": Tracker._read_text,
+    "platform": Tracker._read_text,
+}
+
+
 def _stats_plan(text: str) -> dict[str, tuple[int, int] | None]:
-    """Where the tracker's stats figures are in a line (positions: one plan serves a shape, see shaped.py)."""
+    """Where the tracker's stats figures are in a line (positions: one plan serves a shape, see ingest/dense.py)."""
     found = {k: r.search(text) for k, r in STATS.items()}
     return {k: (m.start(1), m.end(1)) if m else None for k, m in found.items()}
 

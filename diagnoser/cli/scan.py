@@ -1,4 +1,4 @@
-"""`vllm-doctor scan PATH...`: the command line of the scan (click lives here and in cli.py only)."""
+"""`vllm-doctor scan PATH...`: the command line of the scan (click lives in cli/ only)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from diagnoser.rules.loader import SEVERITY_RANK
+from diagnoser.rules.model import SEVERITY_RANK
 
 ENGINES = ("local", "ray")
 SEVERITY_ORDER = SEVERITY_RANK   # the one severity order (rules.py)
@@ -88,7 +88,7 @@ def scan_cmd(paths: tuple[str, ...], jobs: int | None, fmt: str, fail_on: str, e
         if engine == "local":
             check_targets(paths)
             if output:
-                from diagnoser.cli.main import refuse_output_over_inputs
+                from diagnoser.cli.files import refuse_output_over_inputs
 
                 refuse_output_over_inputs(output, (*paths, *iter_paths(paths)))
     except DoctorError as exc:

@@ -160,57 +160,71 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
     return iter(lambda: stream.readline(1 << 20), b"")
 
 
+def _cut_kubectl(stream: BinaryIO, path: str, spool: _Spool) -> None:
+    labels: dict[str, str] = {}
+    for line in _lines(stream):
+        m = KUBECTL.match(line)
+        if m:
+            labels = {"pod": m["pod"].decode(errors="replace"),
+                      "container": m["container"].decode(errors="replace")}
+            line = line[m.end():]
+        spool.add(labels, line)  # an unprefixed line continues the stream before it
+
+
+def _cut_logcli(stream: BinaryIO, path: str, spool: _Spool) -> None:
+    labels: dict[str, str] = {}
+    for line in _lines(stream):
+        m = LOGCLI.match(line.rstrip(b"\r\n"))
+        if m:
+            labels = _labels_text(m["labels"].decode(errors="replace"))
+            spool.add(labels, m["line"], m["ts"].decode())
+        else:
+            spool.add(labels, line)
+
+
+def _cut_logcli_jsonl(stream: BinaryIO, path: str, spool: _Spool) -> None:
+    for number, line in enumerate(_lines(stream), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise InputError(f"{path}: line {number}: not a JSON object, but the file began as "
+                             "`logcli --output=jsonl`; export it again") from None
+        text = obj.get("line") if isinstance(obj, dict) else None
+        if not isinstance(text, str):
+            continue
+        spool.add(_str_labels(obj.get("labels")), text.encode("utf-8", "surrogateescape"), obj.get("timestamp"))
+
+
+def _cut_loki_api(stream: BinaryIO, path: str, spool: _Spool) -> None:
+    data = stream.read(MAX_API_JSON + 1)
+    if len(data) > MAX_API_JSON:
+        raise LimitError(f"{path}: a Loki API response over {MAX_API_JSON >> 20} MiB; export it with "
+                         "`logcli query --output=jsonl` instead (read line by line)")
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc}), but it began as a Loki API response") from None
+    del data
+    result = ((doc.get("data") or {}).get("result") if isinstance(doc, dict) else None) or []
+    for entry in result if isinstance(result, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        labels = _str_labels(entry.get("stream"))
+        for value in entry.get("values") or []:
+            if isinstance(value, list) and len(value) >= 2 and isinstance(value[1], str):
+                spool.add(labels, value[1].encode("utf-8", "surrogateescape"), value[0])
+
+
+#: How each shape detect() names is cut into streams (written to the spool).
+CUTTERS = {"kubectl": _cut_kubectl, "logcli": _cut_logcli, "logcli-jsonl": _cut_logcli_jsonl,
+           "loki-api": _cut_loki_api}
+
+
 def _cut(shape: str, stream: BinaryIO, path: str) -> Iterator[Log]:
     spool = _Spool(path)
-    if shape == "kubectl":
-        labels: dict[str, str] = {}
-        for line in _lines(stream):
-            m = KUBECTL.match(line)
-            if m:
-                labels = {"pod": m["pod"].decode(errors="replace"),
-                          "container": m["container"].decode(errors="replace")}
-                line = line[m.end():]
-            spool.add(labels, line)  # an unprefixed line continues the stream before it
-    elif shape == "logcli":
-        labels = {}
-        for line in _lines(stream):
-            m = LOGCLI.match(line.rstrip(b"\r\n"))
-            if m:
-                labels = _labels_text(m["labels"].decode(errors="replace"))
-                spool.add(labels, m["line"], m["ts"].decode())
-            else:
-                spool.add(labels, line)
-    elif shape == "logcli-jsonl":
-        for number, line in enumerate(_lines(stream), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise InputError(f"{path}: line {number}: not a JSON object, but the file began as "
-                                 "`logcli --output=jsonl`; export it again") from None
-            text = obj.get("line") if isinstance(obj, dict) else None
-            if not isinstance(text, str):
-                continue
-            spool.add(_str_labels(obj.get("labels")), text.encode("utf-8", "surrogateescape"), obj.get("timestamp"))
-    else:  # loki-api
-        data = stream.read(MAX_API_JSON + 1)
-        if len(data) > MAX_API_JSON:
-            raise LimitError(f"{path}: a Loki API response over {MAX_API_JSON >> 20} MiB; export it with "
-                             "`logcli query --output=jsonl` instead (read line by line)")
-        try:
-            doc = json.loads(data)
-        except ValueError as exc:
-            raise InputError(f"{path}: not valid JSON ({exc}), but it began as a Loki API response") from None
-        del data
-        result = ((doc.get("data") or {}).get("result") if isinstance(doc, dict) else None) or []
-        for entry in result if isinstance(result, list) else []:
-            if not isinstance(entry, dict):
-                continue
-            labels = _str_labels(entry.get("stream"))
-            for value in entry.get("values") or []:
-                if isinstance(value, list) and len(value) >= 2 and isinstance(value[1], str):
-                    spool.add(labels, value[1].encode("utf-8", "surrogateescape"), value[0])
+    CUTTERS[shape](stream, path, spool)
     yield from spool.logs()
 
 

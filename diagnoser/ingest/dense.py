@@ -9,7 +9,7 @@ one literal digit, RFC 5424's version, can only start a line), the secret hints 
 digit occur at the same places in every line of a shape, and an access line's status (`HTTP/[12]`) is never
 asked (a block with ` HTTP/` goes the general way). So:
 
-- the reader (`physical_lines`; `is_dense` lets reader._chosen take every line of a block of keyword lines): the
+- the reader (`physical_lines`; `is_dense` lets selection._chosen take every line of a block of keyword lines): the
   first line of each shape only goes the slow way; when that gave exactly the Line built from one header match
   (nothing redacted, nothing split), the shape is marked good and its other lines are built directly;
 - `ShapeCache`: which keywords a shape holds (the tracker's landmarks, the matcher's rules), those with a
@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from diagnoser.ingest.clean import physical_to_lines
 from diagnoser.ingest.keywords import lowered
-from diagnoser.ingest.reader import RANK_IN_PROC, USER_CONTENT_MARKERS, Line, LineIndex, _physical_to_lines
+from diagnoser.ingest.line import RANK_IN_PROC, Line
 from diagnoser.ingest.redact import LONG_TEXT, Redactor, maybe_secret
+from diagnoser.ingest.request_lines import USER_CONTENT_MARKERS
+
+if TYPE_CHECKING:
+    from diagnoser.ingest.selection import LineIndex
 
 #: shapes remembered at most (a log of endlessly new shapes only pays one dict lookup a line)
 MAX_SHAPES = 4096
@@ -73,7 +78,7 @@ _last: tuple[str | None, bytes] = (None, b"")
 
 def is_dense(block: bytes, starts: list[int], index: LineIndex) -> bool:
     """Whether every line of the block is a keyword line of its own: none is a request-logger or access line (no
-    marker, no ` HTTP/` in the block), so reader._chosen selects each line once, none as a follow line, without
+    marker, no ` HTTP/` in the block), so selection._chosen selects each line once, none as a follow line, without
     looking for any. The first and the last hit are tested before the block's lines are counted (`index`)."""
     if not starts or starts[0] != 0 or block.find(b"\n", starts[-1]) != len(block) - 1:
         return False
@@ -83,7 +88,7 @@ def is_dense(block: bytes, starts: list[int], index: LineIndex) -> bool:
 
 def physical_lines(number: int, raw: bytes, redact: Callable[[str], str] | None, follow: bool
                    ) -> Iterable[Line]:
-    """reader._physical_to_lines of one line, built straight from its header match when its shape was found
+    """clean.physical_to_lines of one line, built straight from its header match when its shape was found
     good (the first line of each shape goes the slow way and says whether the fast Line is the same; see
     the module's docstring). A follow line, or one after a redactor's carry, goes the slow way."""
     fresh = not follow and (redact is None or (isinstance(redact, Redactor) and redact._carry is None))
@@ -91,7 +96,7 @@ def physical_lines(number: int, raw: bytes, redact: Callable[[str], str] | None,
     spans = _verdicts.get(key)
     if spans and fresh:
         return (_fast_line(number, raw, spans),)
-    slow = list(_physical_to_lines(number, raw, redact, follow))
+    slow = list(physical_to_lines(number, raw, redact, follow))
     if spans is None and fresh:
         remember(_verdicts, key, _fast_spans(raw, number, slow))
     return slow

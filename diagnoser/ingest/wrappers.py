@@ -1,4 +1,4 @@
-"""Shapes: the wrappers log shippers put around vLLM's lines, decoded back to the lines vLLM printed.
+"""Wrappers: the wrappers log shippers put around vLLM's lines, decoded back to the lines vLLM printed.
 
 A log rarely arrives as vLLM wrote it. Docker's json-file driver, `journalctl -o json`, Google Cloud
 Logging exports, Loki's `logcli --output=jsonl`, OpenTelemetry collector file exports and vLLM's own JSON
@@ -8,7 +8,7 @@ record. `decode_block` turns each such record back into plain lines, detected by
 on them as on a plain log, and evidence shows the message, not the wrapper.
 
 Text prefixes (docker/kubectl timestamps, `kubectl --prefix`, journald short/short-iso, syslog) are
-stripped by the reader's PREFIXES table; this module only handles what needs more than a prefix strip:
+stripped by line.py's PREFIXES table; this module only handles what needs more than a prefix strip:
 records to parse, partial lines to join (Docker json-file and CRI `P` pieces), tracebacks carried in a
 field, and one record that holds many lines (an OTLP export).
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from diagnoser.ingest.keywords import BlockPattern
@@ -140,44 +141,48 @@ class Decoder:
         return self._lines(obj, 0)
 
     def _lines(self, obj: dict[str, Any], depth: int) -> list[str] | None:
-        # Docker json-file driver (also fluentd/fluent-bit's docker parser): {"log", "stream", "time"}
-        if isinstance(obj.get("log"), str) and ("stream" in obj or "time" in obj):
-            stream = str(obj.get("stream", ""))
-            text = self.pending.pop(stream, "") + obj["log"]
-            if not text.endswith("\n") and not obj.get("partial_done", False) and len(text) < (1 << 20):
-                if obj["log"]:
-                    self.pending[stream] = text  # a partial record: the rest of the line follows
-                return []
-            return self._text(text, depth)
-        # journald (`journalctl -o json` / `-o export` as JSON): MESSAGE, a string or an array of bytes
-        if "MESSAGE" in obj and ("__REALTIME_TIMESTAMP" in obj or "_PID" in obj or "PRIORITY" in obj
-                                 or "__CURSOR" in obj or "SYSLOG_IDENTIFIER" in obj):
-            return self._text(_journal_text(obj["MESSAGE"]), depth)
-        # OpenTelemetry collector file exporter: one line holds many records
-        if isinstance(obj.get("resourceLogs"), list):
-            return self._otlp(obj["resourceLogs"], depth)
-        if "body" in obj and ("severityText" in obj or "timeUnixNano" in obj or "severityNumber" in obj):
-            return self._otlp_record(obj, depth)
-        # Google Cloud Logging / GKE: textPayload or jsonPayload
-        if isinstance(obj.get("textPayload"), str):
-            return self._text(obj["textPayload"], depth)
-        if isinstance(obj.get("jsonPayload"), dict):
-            payload = obj["jsonPayload"]
-            inner = self._lines(payload, depth + 1) if depth < MAX_DEPTH else None
-            if inner is not None:
-                return inner
-            for key in ("message", "msg", "log", "textPayload"):
-                if isinstance(payload.get(key), str):
-                    return self._text(payload[key], depth)
-            return None
-        # Loki `logcli --output=jsonl`: {"labels": {...}, "line": "...", "timestamp": "..."}
-        if isinstance(obj.get("line"), str) and ("labels" in obj or "timestamp" in obj):
-            return self._text(obj["line"], depth)
-        # vLLM's JSON formatter (python-json-logger and the like): message + levelname
-        message = obj.get("message", obj.get("msg"))
-        if isinstance(message, str) and any(k in obj for k in ("levelname", "level", "severity", "asctime")):
-            return self._formatted(obj, message)
+        """The plain lines of one JSON object, read as the first kind of record (RECORD_KINDS) it is; None when
+        it is none of them."""
+        for is_kind, read in RECORD_KINDS:
+            if is_kind(obj):
+                return read(self, obj, depth)
         return None
+
+    def _docker(self, obj: dict[str, Any], depth: int) -> list[str]:
+        """A Docker json-file record: a partial one (no newline yet) is held until the rest of its line comes."""
+        stream = str(obj.get("stream", ""))
+        text = self.pending.pop(stream, "") + obj["log"]
+        if not text.endswith("\n") and not obj.get("partial_done", False) and len(text) < (1 << 20):
+            if obj["log"]:
+                self.pending[stream] = text  # a partial record: the rest of the line follows
+            return []
+        return self._text(text, depth)
+
+    def _journal(self, obj: dict[str, Any], depth: int) -> list[str]:
+        return self._text(_journal_text(obj["MESSAGE"]), depth)
+
+    def _otlp_export(self, obj: dict[str, Any], depth: int) -> list[str]:
+        return self._otlp(obj["resourceLogs"], depth)
+
+    def _gcp_text(self, obj: dict[str, Any], depth: int) -> list[str]:
+        return self._text(obj["textPayload"], depth)
+
+    def _gcp_json(self, obj: dict[str, Any], depth: int) -> list[str] | None:
+        """A jsonPayload: a record of another kind inside, else its message field."""
+        payload = obj["jsonPayload"]
+        inner = self._lines(payload, depth + 1) if depth < MAX_DEPTH else None
+        if inner is not None:
+            return inner
+        for key in ("message", "msg", "log", "textPayload"):
+            if isinstance(payload.get(key), str):
+                return self._text(payload[key], depth)
+        return None
+
+    def _loki(self, obj: dict[str, Any], depth: int) -> list[str]:
+        return self._text(obj["line"], depth)
+
+    def _json_formatter(self, obj: dict[str, Any], depth: int) -> list[str]:
+        return self._formatted(obj, obj.get("message", obj.get("msg")))
 
     def _text(self, text: str, depth: int) -> list[str]:
         """A shipper's text field: vLLM's own lines (maybe a wrapper inside, maybe several lines)."""
@@ -257,6 +262,30 @@ class Decoder:
             return None
         return self._text(body, depth)
 
+
+_JOURNAL_FIELDS = ("__REALTIME_TIMESTAMP", "_PID", "PRIORITY", "__CURSOR", "SYSLOG_IDENTIFIER")
+_OTLP_FIELDS = ("severityText", "timeUnixNano", "severityNumber")
+_FORMATTER_FIELDS = ("levelname", "level", "severity", "asctime")
+
+#: The kinds of JSON record a shipper writes, each (is it this kind, its lines), tried in this order: the first
+#: kind an object is decides (a Docker record with a MESSAGE field is a Docker record).
+RECORD_KINDS: tuple[tuple[Callable[[dict[str, Any]], bool], Callable[..., list[str] | None]], ...] = (
+    # Docker json-file driver (also fluentd/fluent-bit's docker parser): {"log", "stream", "time"}
+    (lambda o: isinstance(o.get("log"), str) and ("stream" in o or "time" in o), Decoder._docker),
+    # journald (`journalctl -o json` / `-o export` as JSON): MESSAGE, a string or an array of bytes
+    (lambda o: "MESSAGE" in o and any(k in o for k in _JOURNAL_FIELDS), Decoder._journal),
+    # OpenTelemetry collector file exporter: one line holds many records; or one record of it
+    (lambda o: isinstance(o.get("resourceLogs"), list), Decoder._otlp_export),
+    (lambda o: "body" in o and any(k in o for k in _OTLP_FIELDS), Decoder._otlp_record),
+    # Google Cloud Logging / GKE: textPayload or jsonPayload
+    (lambda o: isinstance(o.get("textPayload"), str), Decoder._gcp_text),
+    (lambda o: isinstance(o.get("jsonPayload"), dict), Decoder._gcp_json),
+    # Loki `logcli --output=jsonl`: {"labels": {...}, "line": "...", "timestamp": "..."}
+    (lambda o: isinstance(o.get("line"), str) and ("labels" in o or "timestamp" in o), Decoder._loki),
+    # vLLM's JSON formatter (python-json-logger and the like): message + levelname
+    (lambda o: isinstance(o.get("message", o.get("msg")), str) and any(k in o for k in _FORMATTER_FIELDS),
+     Decoder._json_formatter),
+)
 
 #: `gcloud logging read --format=json` (and the console's download): one pretty-printed JSON array, a field a line
 PRETTY_MARKERS = (b'  "textPayload": "', b'  "jsonPayload": {')

@@ -128,38 +128,63 @@ def _tokens(prog: list[str], args: list[Word], env: dict[str, str], base: Path |
     while i < len(args):
         w = args[i]
         i += 1
-        t = w.text
-        if t.startswith("-") and t != "-" and not (w.dynamic and "=" not in t):
-            name, eq, value = t.partition("=")
-            flag = serve_args.resolve(name)[0]
-            # an unknown flag goes on as written, for the planner to report; the words after it stand alone
-            n = 0 if eq or flag is None else serve_args.value_count(flag, texts, i)
-            vals, i = args[i:i + n], i + n
-            have_model = have_model or name == "--model"
-            unknown = [v for v in vals if v.dynamic]
-            if w.dynamic:
-                notes.append(_unknown_note(w.raw or t, w.line))
-            elif unknown and name == "--model":
-                notes.append(_unknown_model_note(unknown[0].raw or unknown[0].text, unknown[0].line))
-            elif unknown:
-                spelled = " ".join(v.raw or v.text for v in vals)
-                notes.append(_unknown_note(f"{name} {spelled}", unknown[0].line))
-            elif name == "--config" and (eq or vals):
-                config = value if eq else vals[0].text
-            else:
-                out.extend([t, *(v.text for v in vals)])
+        if _is_option(w):
+            vals = args[i:i + _value_count(w.text, texts, i)]
+            i += len(vals)
+            have_model = have_model or w.text.partition("=")[0] == "--model"
+            given = _take_option(w, vals, out, notes)
+            config = config if given is None else given
             continue
-        if w.dynamic:
-            what = w.raw or t
-            notes.append(_unknown_model_note(what, w.line) if not have_model else
-                         f"line {w.line}: {what} is not expanded here; whatever it adds to the command is not planned")
-        else:
-            out.append(t)
+        _take_argument(w, have_model, out, notes)
         have_model = True
     if config is not None:
         out = merge_config(out, config, base, notes)
     env_words = [f"{k}={v}" for k, v in env.items() if re.fullmatch(r"VLLM_\w*", k)]   # what the planner reads
     return env_words + prog + out, notes
+
+
+def _is_option(w: Word) -> bool:
+    """An option word: starts with '-' (not '-' alone); an expansion only when it is `--flag=$VALUE`."""
+    t = w.text
+    return t.startswith("-") and t != "-" and not (w.dynamic and "=" not in t)
+
+
+def _value_count(option: str, texts: list[str], i: int) -> int:
+    """How many of the words from texts[i] are the option's values (none with `--flag=value`)."""
+    name, eq, _ = option.partition("=")
+    flag = serve_args.resolve(name)[0]
+    # an unknown flag goes on as written, for the planner to report; the words after it stand alone
+    return 0 if eq or flag is None else serve_args.value_count(flag, texts, i)
+
+
+def _take_option(w: Word, vals: list[Word], out: list[str], notes: list[str]) -> str | None:
+    """An option and its values: kept as parser tokens, or noted when the shell would expand them; returns the
+    file `--config` names (merged at the end), else None."""
+    t = w.text
+    name, eq, value = t.partition("=")
+    unknown = [v for v in vals if v.dynamic]
+    if w.dynamic:
+        notes.append(_unknown_note(w.raw or t, w.line))
+    elif unknown and name == "--model":
+        notes.append(_unknown_model_note(unknown[0].raw or unknown[0].text, unknown[0].line))
+    elif unknown:
+        spelled = " ".join(v.raw or v.text for v in vals)
+        notes.append(_unknown_note(f"{name} {spelled}", unknown[0].line))
+    elif name == "--config" and (eq or vals):
+        return value if eq else vals[0].text
+    else:
+        out.extend([t, *(v.text for v in vals)])
+    return None
+
+
+def _take_argument(w: Word, have_model: bool, out: list[str], notes: list[str]) -> None:
+    """A positional word: kept, or noted when the shell would expand it (the model, when it comes first)."""
+    if w.dynamic:
+        what = w.raw or w.text
+        notes.append(_unknown_model_note(what, w.line) if not have_model else
+                     f"line {w.line}: {what} is not expanded here; whatever it adds to the command is not planned")
+    else:
+        out.append(w.text)
 
 
 def _unknown_model_note(what: str, line: int) -> str:

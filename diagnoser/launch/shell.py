@@ -8,6 +8,7 @@ rest of the text), so a 12 MB one-line script with a million arguments is read i
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnoser.errors import InputError
@@ -257,57 +258,91 @@ class ShellLexer:
         self.op(sym)
         self.i += len(sym)
 
+    # -- one reader per character that starts a construct -------------------------------------------------------
+
+    def backslash(self) -> None:
+        """A backslash before a newline continues the line; before anything else it quotes that character."""
+        text, n = self.text, self.n
+        if self.i + 1 < n and text[self.i + 1] == "\n":
+            self.i += 2
+            self.line += 1
+            self.continued = True
+            return
+        self.begin()
+        if self.i + 1 < n:
+            self.buf.append(text[self.i + 1])
+        self.i += 2
+
+    def blank(self) -> None:
+        self.finish()
+        self.i += 1
+
+    def hash_sign(self) -> None:
+        """`#` outside a word starts a comment (noted when it ends a continued command); inside, it is text."""
+        if self.in_word:
+            self.plain()
+            return
+        if self.since_op and self.continued:
+            self.cut_line = self.line
+        end = self.text.find("\n", self.i)
+        self.i = self.n if end < 0 else end
+
+    def single_quote(self) -> list[Word] | None:
+        """'...'; the words sh would run when the quote is never closed."""
+        if not self.single_quoted():
+            return _unterminated(self.out, self.text, self.i, self.line, "single")
+        return None
+
+    def double_quote(self) -> list[Word] | None:
+        """"..."; the words sh would run when the quote is never closed."""
+        start = self.i
+        if not self.double_quoted():
+            return _unterminated(self.out, self.text, start, self.start_line, "double")
+        return None
+
+    def dollar_sign(self) -> None:
+        """$'...' (ANSI-C quoting) or an expansion."""
+        if self.i + 1 < self.n and self.text[self.i + 1] == "'":
+            self.ansi_c_quoted()
+            return
+        self.begin()
+        self.i = self.dollar(self.i)
+
+    def backquote(self) -> None:
+        self.begin()
+        self.i = self.backquoted(self.i)
+
+    def ampersand(self) -> None:
+        """`&>` redirects; any other `&` is a control operator (`&`, `&&`)."""
+        if self.i + 1 < self.n and self.text[self.i + 1] == ">":
+            self.redirection()
+        else:
+            self.control()
+
+    def plain(self) -> None:
+        """A run of characters with no meaning to the shell."""
+        self.begin()
+        m = _PLAIN.match(self.text, self.i)
+        end = m.end() if m else self.i + 1
+        self.buf.append(self.text[self.i:end])
+        self.i = end
+
+    #: The reader of each character that starts a construct; any other character starts plain text.
+    READERS: dict[str, Callable[[ShellLexer], list[Word] | None]] = {
+        "\\": backslash, "\n": newline, **dict.fromkeys(" \t\r", blank), "#": hash_sign, "'": single_quote,
+        '"': double_quote, "$": dollar_sign, "`": backquote, "<": redirection, ">": redirection,
+        "&": ampersand, **dict.fromkeys(";|()", control),
+    }
+
     # -- the loop -----------------------------------------------------------------------------------------------
 
     def words(self) -> list[Word]:
         """Tokenize shell text as sh would, without expanding anything."""
-        text, n = self.text, self.n
-        while self.i < n:
-            c = text[self.i]
-            if c == "\\" and self.i + 1 < n and text[self.i + 1] == "\n":
-                self.i += 2
-                self.line += 1
-                self.continued = True
-            elif c == "\n":
-                self.newline()
-            elif c in " \t\r":
-                self.finish()
-                self.i += 1
-            elif c == "#" and not self.in_word:
-                if self.since_op and self.continued:
-                    self.cut_line = self.line
-                end = text.find("\n", self.i)
-                self.i = n if end < 0 else end
-            elif c == "'":
-                if not self.single_quoted():
-                    return _unterminated(self.out, text, self.i, self.line, "single")
-            elif c == "$" and self.i + 1 < n and text[self.i + 1] == "'":
-                self.ansi_c_quoted()
-            elif c == '"':
-                start = self.i
-                if not self.double_quoted():
-                    return _unterminated(self.out, text, start, self.start_line, "double")
-            elif c == "\\":
-                self.begin()
-                if self.i + 1 < n:
-                    self.buf.append(text[self.i + 1])
-                self.i += 2
-            elif c == "$":
-                self.begin()
-                self.i = self.dollar(self.i)
-            elif c == "`":
-                self.begin()
-                self.i = self.backquoted(self.i)
-            elif c in "<>" or (c == "&" and self.i + 1 < n and text[self.i + 1] == ">"):
-                self.redirection()
-            elif c in ";&|()":
-                self.control()
-            else:
-                self.begin()
-                m = _PLAIN.match(text, self.i)
-                end = m.end() if m else self.i + 1
-                self.buf.append(text[self.i:end])
-                self.i = end
+        while self.i < self.n:
+            read = self.READERS.get(self.text[self.i])
+            given_up = read(self) if read else self.plain()
+            if given_up is not None:    # an unterminated quote: the words sh runs before it
+                return given_up
         self.finish()
         return self.out
 

@@ -25,15 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from diagnoser.analysis.advise import Advisor, Finding
-from diagnoser.analysis.matcher import Hit, Matcher
+from diagnoser.analysis.hits import Hit
+from diagnoser.analysis.matcher import Matcher
 from diagnoser.analysis.pipeline import Report, prefilter_for
 from diagnoser.analysis.tracker import Tracker
 from diagnoser.errors import InputError
-from diagnoser.ingest.reader import BLOCK, Line, ReadStats, read_lines
+from diagnoser.ingest.line import Line
+from diagnoser.ingest.reader import BLOCK, ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
 from diagnoser.live.tee import FileTee, Tee, tee_source, write_all
 from diagnoser.report.model import finding_dict
-from diagnoser.rules.loader import Rule
+from diagnoser.rules.model import Rule
 from diagnoser.vllm.stages import coarse
 
 POLL = 0.1           #: seconds between looks at an idle input ...
@@ -520,24 +522,7 @@ def run_live(opts: LiveOptions, rules: list[Rule] | tuple[Rule, ...], render: Ca
     watch = Watch(rules, opts, path=follow or (" ".join(command) if command else path), redact=redact,
                   emit=lambda s: print(s, file=events_to, flush=True),
                   tee_fd=sys.stdout.fileno() if opts.tee else None, close_tee=opts.tee)
-    child: Child | None = None
-    fh: BinaryIO | None = None
-    if follow:
-        source: Any = FollowSource(follow)
-    elif command:
-        child = Child(command)
-        source = child.source
-        watch.exited = child.exited
-    elif tee is not None:
-        source = tee
-    elif path != "-":
-        try:
-            fh = open(path, "rb")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
-        source = PipeSource(fh.fileno())
-    else:
-        source = PipeSource(sys.stdin.fileno())
+    source, child, fh = _live_source(watch, path, follow, command, tee)
     try:
         verdict, code = watch.run(source)
     except KeyboardInterrupt:
@@ -545,29 +530,65 @@ def run_live(opts: LiveOptions, rules: list[Rule] | tuple[Rule, ...], render: Ca
     report = watch.report()
     if verdict == "exit":
         code = exit_code(report)
-    rc = None
     more = watch.release_tee() if verdict != "exit" or not watch.eof else False  # the copy stops or ends here
     if child is not None:
-        if verdict == "exit":
-            if more:
-                drain_in_background(child.source.fd, opts.tee)  # a worker of the command still holds the pipe
-            rc = child.wait()
-            if child.signalled is not None and code == 0:
-                code = 128 + child.signalled
-            elif rc != 0 and code == 0:
-                code = 1
-                print(f"vllm-doctor: the command exited with status {rc}; no known failure in its output",
-                      file=sys.stderr, flush=True)
-        elif kill_on_failure and verdict in ("failure", "timeout"):
-            child.stop()
-        elif more:
-            drain_in_background(child.source.fd, opts.tee)
+        code = _after_command(child, verdict, code, more, opts.tee, kill_on_failure)
     elif verdict in ("ready", "failure", "timeout") and not follow and fh is None and path == "-" and more:
         drain_in_background(sys.stdin.fileno(), opts.tee)  # the producer keeps its pipe
     if fh is not None:
         fh.close()
     if watch.tee is not None:
         watch.tee.close()
+    _closing_output(watch, verdict, report, render, output)
+    return code
+
+
+def _live_source(watch: Watch, path: str, follow: str | None, command: list[str] | None,
+                 tee: Tee | None) -> tuple[Any, Child | None, BinaryIO | None]:
+    """What the watch reads: a followed file, a started command, the caller's copy, a file or stdin; with the
+    command (its exit ends the watch) and the file opened here (closed by the caller)."""
+    if follow:
+        return FollowSource(follow), None, None
+    if command:
+        child = Child(command)
+        watch.exited = child.exited
+        return child.source, child, None
+    if tee is not None:
+        return tee, None, None
+    if path != "-":
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed by run_live
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+        return PipeSource(fh.fileno()), None, fh
+    return PipeSource(sys.stdin.fileno()), None, None
+
+
+def _after_command(child: Child, verdict: str, code: int, more: bool, tee: bool, kill_on_failure: bool) -> int:
+    """`run`: wait for the command that exited (its status decides when its output did not), stop it on a
+    failure with --kill-on-failure, or leave it running with its output drained; returns the exit code."""
+    if verdict == "exit":
+        if more:
+            drain_in_background(child.source.fd, tee)  # a worker of the command still holds the pipe
+        rc = child.wait()
+        if child.signalled is not None and code == 0:
+            return 128 + child.signalled
+        if rc != 0 and code == 0:
+            print(f"vllm-doctor: the command exited with status {rc}; no known failure in its output",
+                  file=sys.stderr, flush=True)
+            return 1
+    elif kill_on_failure and verdict in ("failure", "timeout"):
+        child.stop()
+    elif more:
+        drain_in_background(child.source.fd, tee)
+    return code
+
+
+def _closing_output(watch: Watch, verdict: str, report: Report, render: Callable[[Report], str],
+                    output: str | None) -> None:
+    """The last word: the ready line, or the closing report (to -o, or stdout; stderr with --tee). With
+    --format jsonl the summary event already said it."""
+    opts = watch.opts
     if verdict == "ready" and opts.fmt != "jsonl":
         print(f"vllm-doctor: ready at line {watch.ready_line} after {watch.clock() - watch.start:.1f} s",
               file=sys.stderr, flush=True)
@@ -580,4 +601,3 @@ def run_live(opts: LiveOptions, rules: list[Rule] | tuple[Rule, ...], render: Ca
             stream = sys.stderr if opts.tee else sys.stdout
             stream.write(text)
             stream.flush()
-    return code

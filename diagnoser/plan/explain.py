@@ -11,8 +11,8 @@ import jinja2
 
 from diagnoser.plan.resolve import COMMAND, LOG, OPTION, SIZE_NOTE, Resolved
 from diagnoser.plan.verdict import Verdict
+from diagnoser.vllm import kvcache, sizing, weights
 from diagnoser.vllm import memory as mem
-from diagnoser.vllm import sizing
 from diagnoser.vllm.modelspec import GpuSpec, ModelSpec
 from diagnoser.vllm.releases import Version, engine_for, version_str
 
@@ -32,7 +32,7 @@ def kv_formula(res: sizing.PlanResult, inp: sizing.PlanInput) -> str:
     """The bytes-per-token product, spelled out."""
     a = inp.arch
     tp, pp = inp.tensor_parallel_size, inp.pipeline_parallel_size
-    layers = sum(1 for k in mem.stage_kinds(a, pp) if k in ("full", "sliding"))  # MLP-only and state layers: no KV
+    layers = sum(1 for k in kvcache.stage_kinds(a, pp) if k in ("full", "sliding"))  # MLP-only and state layers: no KV
     vb = f"{res.kv_value_bytes:g} byte{'s' if res.kv_value_bytes != 1 else ''}"
     if a.is_mla:
         return (f"MLA: {layers} layers x ({a.kv_lora_rank} kv_lora_rank + {a.qk_rope_head_dim} rope dim) x {vb}"
@@ -53,14 +53,14 @@ def _weights_line(res: sizing.PlanResult, inp: sizing.PlanInput, source: str) ->
         return "weights: given with --weights"
     a, fmt = inp.arch, res.quant_format
     if fmt:
-        per = mem.quantized_weight_bytes(fmt, inp.quant_bits or a.quant_bits)
+        per = weights.quantized_weight_bytes(fmt, inp.quant_bits or a.quant_bits)
         padded = ", MXFP4 experts padded to 256" if fmt == "mxfp4" else ""
         rest = "norms" if fmt == "gguf" else "embeddings and norms"
         per_weight = (f"{fmt} for the quantized layers ({per:.3f} bytes/weight{padded}), "
                       f"{res.model_dtype_bytes:g} bytes for {rest}")
     else:
         per_weight = f"{res.model_dtype_bytes:g} bytes"
-    return (f"weights: {mem.param_count(a) / 1e9:.2f}B parameters x {per_weight}" +
+    return (f"weights: {weights.param_count(a) / 1e9:.2f}B parameters x {per_weight}" +
             (f", split over TP {inp.tensor_parallel_size}" if inp.tensor_parallel_size > 1 else "") +
             (f" and PP {inp.pipeline_parallel_size}" if inp.pipeline_parallel_size > 1 else ""))
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from diagnoser.vllm import kvcache, sizing
 from diagnoser.vllm import memory as mem
-from diagnoser.vllm import sizing
 from diagnoser.vllm.modelspec import GpuSpec
 from diagnoser.vllm.releases import Version, default, engine_for, parse_version
 
@@ -42,7 +42,7 @@ def kv_message(res: sizing.PlanResult, v: Version) -> str:
     ml, need, avail = res.max_model_len, res.request_kv_bytes, res.kv_cache_bytes
     if avail <= 0:
         return no_memory_message(v)
-    est = mem.max_model_len_for(res.inp.arch, avail, ml, tp=res.inp.tensor_parallel_size,
+    est = kvcache.max_model_len_for(res.inp.arch, avail, ml, tp=res.inp.tensor_parallel_size,
                                 pp=res.inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
                                 max_num_batched_tokens=res.max_num_batched_tokens)
     if engine_for(v, res.inp.engine) == "V0":
@@ -120,24 +120,44 @@ QUANTIZED_CHECKPOINT_NOTE = ("load a 4-bit checkpoint of this model instead (on 
                              "--quantization flag is added to this one")
 
 
+Suggestion = tuple[dict[str, str | None], str]
+
+
 def suggest_changes(res: sizing.PlanResult, verdict: Verdict, rows: list[dict[str, Any]],
-                    min_conc: float | None) -> tuple[dict[str, str | None], str]:
+                    min_conc: float | None) -> Suggestion:
     """Flag changes that make the configuration start (and reach --min-concurrency)."""
     want = min_conc or 1.0
     if verdict.starts and res.max_concurrency >= want:
         return {}, "no change needed"
-    if verdict.stage == "config" and "max_model_len" in (verdict.message or "") and \
-            res.inp.arch.max_position_embeddings:
-        return {"--max-model-len": str(res.inp.arch.max_position_embeddings)}, "the model's own maximum length"
-    if verdict.stage == "config":
-        return {}, "pick a --tensor-parallel-size that divides the attention heads"
+    if verdict.stage in ("config", "worker_init"):
+        return _refused_config_fix(res, verdict)
+    suggestion = _whole_gpu_kv_cache(res, verdict, want) or _shorter_length(res, verdict, want) \
+        or _what_if_fix(rows, want)
+    return suggestion or ({}, "no single change in the what-if table is enough: see the table")
+
+
+def _refused_config_fix(res: sizing.PlanResult, verdict: Verdict) -> Suggestion:
+    """A configuration vLLM refuses before loading: the model's own maximum length, a dividing TP size, or
+    float16 where the GPU has no bfloat16."""
     if verdict.stage == "worker_init":
         return {"--dtype": "half"}, "float16 instead of bfloat16 on this GPU"
+    if "max_model_len" in (verdict.message or "") and res.inp.arch.max_position_embeddings:
+        return {"--max-model-len": str(res.inp.arch.max_position_embeddings)}, "the model's own maximum length"
+    return {}, "pick a --tensor-parallel-size that divides the attention heads"
+
+
+def _whole_gpu_kv_cache(res: sizing.PlanResult, verdict: Verdict, want: float) -> Suggestion | None:
+    """With --kv-cache-memory-bytes too large for the GPU: the largest KV cache it holds, when enough."""
     if res.inp.kv_cache_fixed and verdict.stage == "kv_cache_allocation" and res.request_kv_bytes > 0:
         room = sizing.whole_gpu_kv_bytes(res)
         if room >= res.request_kv_bytes * want:
             return {"--kv-cache-memory-bytes": str(int(room))}, (
                 "the largest KV cache the GPU holds beside the weights, peaks and CUDA graphs (2% spare)")
+    return None
+
+
+def _shorter_length(res: sizing.PlanResult, verdict: Verdict, want: float) -> Suggestion | None:
+    """The largest --max-model-len (a multiple of 1024) at which `want` requests fit in the KV cache there is."""
     if res.kv_cache_bytes > 0 and verdict.stage != "weight_loading":
         length = sizing.len_for_concurrency(res, want)
         if length >= mem.LEN_STEP:
@@ -145,9 +165,14 @@ def suggest_changes(res: sizing.PlanResult, verdict: Verdict, rows: list[dict[st
                     if want <= 1 and default("max_model_len_auto", res.inp.version) else "")
             return {"--max-model-len": str(length)}, (
                 f"largest --max-model-len (multiple of 1024) with {want:g} request(s) at once{auto}")
+    return None
+
+
+def _what_if_fix(rows: list[dict[str, Any]], want: float) -> Suggestion | None:
+    """The first what-if row that fits `want` requests: its flags, or the note on a 4-bit checkpoint."""
     for row in rows:
         if row["fits"] and row["max_concurrency"] >= want and row.get("flags"):
             return dict(row["flags"]), f"what-if '{row['label']}'"
         if row["fits"] and row["max_concurrency"] >= want and row["label"].startswith("4-bit"):
             return {}, QUANTIZED_CHECKPOINT_NOTE
-    return {}, "no single change in the what-if table is enough: see the table"
+    return None

@@ -107,7 +107,7 @@ _NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")
 
 def evidence_block(evidence: list[dict[str, Any]], limit: int = MAX_EVIDENCE) -> tuple[str, list[str]]:
     """The fenced evidence and the notes on what was left out (repeats collapsed, lines cut, lines capped)."""
-    from diagnoser.ingest.reader import parse_line
+    from diagnoser.ingest.line import parse_line
 
     groups: list[list[dict[str, Any]]] = []
     index: dict[str, int] = {}

@@ -26,7 +26,7 @@ from urllib.parse import quote
 from diagnoser.analysis.advise import Finding
 from diagnoser.analysis.pipeline import Report
 from diagnoser.report.model import SCHEMA_VERSION, TOOL, finding_dict, report_dict
-from diagnoser.rules.loader import Rule
+from diagnoser.rules.model import Rule
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -135,7 +135,7 @@ _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|\d+(?:[.,]\d+)*")
 
 def fingerprint(rule_id: str, uri: str, finding: dict[str, Any]) -> str:
     """Stable across runs: rule, file, and the anchor evidence with numbers and ids masked."""
-    from diagnoser.ingest.reader import parse_line
+    from diagnoser.ingest.line import parse_line
 
     evidence = finding.get("evidence") or []
     anchor = next((e for e in evidence if e.get("line") == finding.get("line")), evidence[0] if evidence else None)

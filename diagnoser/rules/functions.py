@@ -13,7 +13,7 @@ from typing import Any
 from rapidfuzz import fuzz, process
 
 from diagnoser import datafiles
-from diagnoser.vllm import flags, memory, releases, serve_args, units
+from diagnoser.vllm import flags, memory, releases, serve_args, units, weights
 from diagnoser.vllm.modelspec import SpecError, load_model, model_names
 
 
@@ -280,7 +280,7 @@ def model_weights_gib(model: str | None, dtype: str | None = None, quantization:
         return None
     arch = spec.arch
     quant = quantization if quantization and quantization != "None" else arch.quantization
-    size = memory.weight_bytes(arch, memory.resolve_dtype_bytes(arch, dtype), quant,
+    size = weights.weight_bytes(arch, weights.resolve_dtype_bytes(arch, dtype), quant,
                                arch.quant_bits if quant == arch.quantization else None)
     return round(size / memory.GIB, 2)
 
@@ -357,10 +357,10 @@ def _longtail() -> dict[str, Any]:
 def seconds_between(start: str | None, end: str | None) -> int | None:
     """Seconds from one vLLM timestamp to a later one: ('01-18 20:15:59', '01-18 20:33:11') -> 1032.
 
-    vLLM prints MM-DD HH:MM:SS without a year; read as the serving series' clock reads it (series.Clock: an
+    vLLM prints MM-DD HH:MM:SS without a year; read as the serving series' clock reads it (clock.Clock: an
     end far before the start is in the next year, a log across New Year).
     """
-    from diagnoser.analysis.serving.series import NEW_YEAR_GAP, vllm_time_seconds
+    from diagnoser.analysis.serving.clock import NEW_YEAR_GAP, vllm_time_seconds
 
     a, b = (vllm_time_seconds((text or "")[:14]) for text in (start, end))
     if a is None or b is None:

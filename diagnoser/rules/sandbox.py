@@ -450,15 +450,35 @@ def _gib(x: Any) -> str:
 
 
 def check_template(ast: nodes.Template) -> str | None:
-    """What a parsed template or expression does that rules may not (None when it is fine)."""
+    """What a parsed template or expression does that rules may not (None when it is fine): the first problem
+    that the checks below find, in their order."""
+    members = list(ast.find_all((nodes.Getattr, nodes.Getitem)))
+    for check in _TEMPLATE_CHECKS:
+        problem = check(ast, members)
+        if problem:
+            return problem
+    return None
+
+
+def _statement_problem(ast: nodes.Template, members: list[nodes.Node]) -> str | None:
+    """A statement rules may not use ({% macro %}, {% include %}, ...)."""
     for node in ast.find_all(FORBIDDEN_NODES):
         return f"{{% {type(node).__name__.lower()} %}} is not allowed in rule templates"
+    return None
+
+
+def _loop_problem(ast: nodes.Template, members: list[nodes.Node]) -> str | None:
+    """A recursive or a nested loop."""
     for loop in ast.find_all(nodes.For):
         if loop.recursive:
             return "recursive loops are not allowed in rule templates"
         if any(True for _ in loop.find_all(nodes.For)):
             return "nested loops are not allowed in rule templates"
-    members = list(ast.find_all((nodes.Getattr, nodes.Getitem)))
+    return None
+
+
+def _member_problem(ast: nodes.Template, members: list[nodes.Node]) -> str | None:
+    """A private attribute, or a member that its namespace (fn., mem.) does not offer."""
     for node in members:
         attr = node.attr if isinstance(node, nodes.Getattr) else _const_key(node.arg)
         if isinstance(attr, str) and attr.startswith("_"):
@@ -473,22 +493,49 @@ def check_template(ast: nodes.Template) -> str | None:
                 hint = f" (did you mean {', '.join(close)}?)" if close else ""
                 return (f"{target.name}.{attr if isinstance(attr, str) else '[...]'} is not available to rules"
                         f"{hint}; {target.name}. offers: {', '.join(sorted(allowed))}")
+    return None
+
+
+def _member_of_member_problem(ast: nodes.Template, members: list[nodes.Node]) -> str | None:
+    """An attribute read on a namespace's member (`fn.x.y`)."""
     for node in members:
         if _names_namespace(node.node):
             return f"{_dotted(node)}: fn. and mem. members have no attributes to read"
+    return None
+
+
+def _call_problem(ast: nodes.Template, members: list[nodes.Node]) -> str | None:
+    """A method call that is not one of METHODS (namespace functions are checked as members)."""
     for call in ast.find_all(nodes.Call):
         fn = call.node
         member = isinstance(fn, nodes.Getattr) and isinstance(fn.node, nodes.Name) and fn.node.name in NAMESPACES
         if isinstance(fn, nodes.Getattr) and not member and fn.attr not in METHODS:
             return f".{fn.attr}(): not a method rules may call; allowed: {', '.join(sorted(METHODS))}"
+    return None
+
+
+def _filter_problem(ast: nodes.Template, members: list[nodes.Node]) -> str | None:
+    """A filter that is not one of FILTERS."""
     for flt in ast.find_all(nodes.Filter):
         if flt.name not in FILTERS:
             return f"unknown filter |{flt.name}: not a filter rules may use; allowed: {', '.join(sorted(FILTERS))}"
+    return None
+
+
+def _bare_namespace_problem(ast: nodes.Template, members: list[nodes.Node]) -> str | None:
+    """A namespace used as a value itself (`fn`, not `fn.NAME(...)`)."""
     accessed = {id(node.node) for node in members}
     for name in ast.find_all(nodes.Name):
         if name.name in NAMESPACES and id(name) not in accessed:
             return f"{name.name} is a namespace: use {name.name}.NAME(...), not {name.name} itself"
     return None
+
+
+#: check_template's checks, in the order their problems are reported.
+_TEMPLATE_CHECKS: tuple[Callable[[nodes.Template, list[nodes.Node]], str | None], ...] = (
+    _statement_problem, _loop_problem, _member_problem, _member_of_member_problem, _call_problem, _filter_problem,
+    _bare_namespace_problem,
+)
 
 
 def _const_key(arg: nodes.Node) -> Any:

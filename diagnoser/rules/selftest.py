@@ -12,9 +12,10 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from diagnoser.analysis.matcher import Hit, drop_shadowed
+from diagnoser.analysis.hits import Hit, drop_shadowed
 from diagnoser.analysis.pipeline import Report, diagnose, diagnose_text
-from diagnoser.rules.loader import Pattern, Rule, builtin_rules
+from diagnoser.rules.loader import builtin_rules
+from diagnoser.rules.model import Pattern, Rule
 
 #: A landmark line that puts the log in a stage before a case's text (cases may say `stage: loading`).
 STAGE_LEAD = {

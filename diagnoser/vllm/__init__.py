@@ -1,7 +1,9 @@
 """What the doctor knows about vLLM, as pure functions over bundled data (no log, no I/O beyond data/):
 the planner, `compare` and the rules' advice all use this package.
 
-- memory.py: the memory arithmetic (weights, activations, KV bytes per token, what fits), with examples.
+- memory.py: the budget arithmetic (units, what fits, utilization), the `mem.` rule templates see.
+- archspec.py: a model's shape (ArchSpec); kvcache.py: KV bytes per token and per request, hybrid pages;
+  weights.py: parameters and their bytes; profiling.py: activations, non-torch memory, CUDA graphs.
 - sizing.py: one `vllm serve` configuration sized as a start-up: flags -> KV-cache tokens.
 - modelspec.py: model and GPU specs (a config.json, a folder, a bundled preset).
 - releases.py: the version parser and what each release defaults (data/releases.yaml).

@@ -17,7 +17,9 @@ from typing import Any
 
 from diagnoser import datafiles
 from diagnoser.errors import UsageError
-from diagnoser.vllm.memory import GGUF_BITS, GIB, ArchSpec, gguf_bits
+from diagnoser.vllm.archspec import ArchSpec
+from diagnoser.vllm.memory import GIB
+from diagnoser.vllm.weights import GGUF_BITS, gguf_bits
 
 
 class SpecError(UsageError):
@@ -163,15 +165,7 @@ def arch_from_preset(entry: dict[str, Any]) -> ArchSpec:
 
 def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
     """A Hugging Face config.json dict -> ArchSpec (text_config of multimodal models is used)."""
-    cfg = dict(config)
-    for nested in ("text_config", "llm_config", "language_config"):
-        if isinstance(cfg.get(nested), dict):
-            inner = dict(cfg[nested])
-            for k in ("quantization_config", "torch_dtype", "tie_word_embeddings"):
-                if k in cfg and k not in inner:
-                    inner[k] = cfg[k]
-            cfg = inner
-            break
+    cfg = _text_config(config)
 
     def get(*keys: str, default: Any = None) -> Any:
         for k in keys:
@@ -181,6 +175,48 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
 
     layers = int(get("num_hidden_layers", "n_layer", "num_layers"))
     heads = int(get("num_attention_heads", "n_head"))
+    window, layer_types = _sliding_pattern(cfg, get, layers)
+    state_kind, linear, mlp_matrices = _state_layers(get, layers)
+    window, layer_types = _layer_types(get, window, layer_types, linear)
+    max_pos = get("max_position_embeddings", "n_positions", "seq_length")
+    if window and max_pos and window >= max_pos and not layer_types:
+        window = None
+    method, bits = _checkpoint_quantization(cfg)
+    return ArchSpec(
+        name=name, layers=layers, hidden_size=int(get("hidden_size", "n_embd", "d_model")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(get("num_key_value_heads", "num_kv_heads", "multi_query_group_num",
+                                    default=heads)),
+        intermediate_size=int(get("intermediate_size", "ffn_hidden_size", "n_inner", default=0) or 0),
+        vocab_size=int(get("vocab_size", "padded_vocab_size")), head_dim=get("head_dim"),
+        tie_word_embeddings=bool(get("tie_word_embeddings", default=False)), max_position_embeddings=max_pos,
+        torch_dtype=str(get("torch_dtype", "dtype", default="bfloat16")).replace("torch.", ""),
+        **_moe_numbers(get),
+        sliding_window=window, layer_types=layer_types,
+        kv_lora_rank=get("kv_lora_rank"), q_lora_rank=get("q_lora_rank"),
+        qk_rope_head_dim=get("qk_rope_head_dim"), qk_nope_head_dim=get("qk_nope_head_dim"),
+        v_head_dim=get("v_head_dim"), quantization=method, quant_bits=bits, linear_attention=linear,
+        state_kind=state_kind, ssm_dtype=get("mamba_ssm_dtype"), mlp_matrices=mlp_matrices,
+    )
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The text model's part of a config.json: a multimodal model's nested text config (text_config,
+    llm_config, language_config), with the top level's quantization, dtype and tied embeddings when it has none."""
+    cfg = dict(config)
+    for nested in ("text_config", "llm_config", "language_config"):
+        if isinstance(cfg.get(nested), dict):
+            inner = dict(cfg[nested])
+            for k in ("quantization_config", "torch_dtype", "tie_word_embeddings"):
+                if k in cfg and k not in inner:
+                    inner[k] = cfg[k]
+            return inner
+    return cfg
+
+
+def _sliding_pattern(cfg: dict[str, Any], get: Any, layers: int) -> tuple[Any, Any]:
+    """(sliding window, layer types) as config.json gives them; a window without layer types gets Gemma-2's
+    alternation or the `sliding_window_pattern`, and `use_sliding_window: false` turns the window off."""
     window = get("sliding_window")
     layer_types = get("layer_types")
     if window and not layer_types:
@@ -192,7 +228,12 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
             layer_types = ["full" if (i + 1) % int(pattern) == 0 else "sliding" for i in range(layers)]
         elif cfg.get("use_sliding_window") is False:
             window = None
-    state_kind, linear, mlp_matrices = _state_layers(get, layers)
+    return window, layer_types
+
+
+def _layer_types(get: Any, window: Any, layer_types: Any, linear: dict[str, int] | None) -> tuple[Any, Any]:
+    """(sliding window, layer types) for ArchSpec: a hybrid pattern letter per layer, a hybrid's own types, or
+    'sliding'/'full' per layer (no window and no types when no layer slides)."""
     if get("hybrid_override_pattern"):
         layer_types = list(str(get("hybrid_override_pattern")))
     elif layer_types and linear:
@@ -201,9 +242,12 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
         layer_types = ["sliding" if "sliding" in str(t) or "local" in str(t) else "full" for t in layer_types]
         if "sliding" not in layer_types:
             window, layer_types = None, None
-    max_pos = get("max_position_embeddings", "n_positions", "seq_length")
-    if window and max_pos and window >= max_pos and not layer_types:
-        window = None
+    return window, layer_types
+
+
+def _checkpoint_quantization(cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """(quant_method, bits) of a config.json's quantization_config; compressed-tensors gives its bits in the
+    first weight group that names them."""
     quant = cfg.get("quantization_config") or {}
     method = quant.get("quant_method") if isinstance(quant, dict) else None
     bits = quant.get("bits") if isinstance(quant, dict) else None
@@ -214,29 +258,20 @@ def arch_from_config(config: dict[str, Any], name: str) -> ArchSpec:
             if w.get("num_bits"):
                 bits = w["num_bits"]
                 break
-    experts = int(get("num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
-    return ArchSpec(
-        name=name, layers=layers, hidden_size=int(get("hidden_size", "n_embd", "d_model")),
-        num_attention_heads=heads,
-        num_key_value_heads=int(get("num_key_value_heads", "num_kv_heads", "multi_query_group_num",
-                                    default=heads)),
-        intermediate_size=int(get("intermediate_size", "ffn_hidden_size", "n_inner", default=0) or 0),
-        vocab_size=int(get("vocab_size", "padded_vocab_size")), head_dim=get("head_dim"),
-        tie_word_embeddings=bool(get("tie_word_embeddings", default=False)), max_position_embeddings=max_pos,
-        torch_dtype=str(get("torch_dtype", "dtype", default="bfloat16")).replace("torch.", ""),
-        num_experts=experts,
-        experts_per_token=int(get("num_experts_per_tok", "experts_per_token", "moe_topk", default=0) or 0),
-        moe_intermediate_size=get("moe_intermediate_size"),
-        shared_expert_intermediate_size=int(get("shared_expert_intermediate_size", default=0) or 0),
-        num_shared_experts=int(get("n_shared_experts", "num_shared_experts", default=0) or 0),
-        first_k_dense_layers=int(get("first_k_dense_replace", default=0) or 0),
-        moe_layer_freq=int(get("moe_layer_freq", "decoder_sparse_step", default=1) or 1),
-        sliding_window=window, layer_types=layer_types,
-        kv_lora_rank=get("kv_lora_rank"), q_lora_rank=get("q_lora_rank"),
-        qk_rope_head_dim=get("qk_rope_head_dim"), qk_nope_head_dim=get("qk_nope_head_dim"),
-        v_head_dim=get("v_head_dim"), quantization=method, quant_bits=bits, linear_attention=linear,
-        state_kind=state_kind, ssm_dtype=get("mamba_ssm_dtype"), mlp_matrices=mlp_matrices,
-    )
+    return method, bits
+
+
+def _moe_numbers(get: Any) -> dict[str, int | None]:
+    """The mixture-of-experts fields of ArchSpec (zeros for a dense model), under their config.json spellings."""
+    return {
+        "num_experts": int(get("num_local_experts", "num_experts", "n_routed_experts", default=0) or 0),
+        "experts_per_token": int(get("num_experts_per_tok", "experts_per_token", "moe_topk", default=0) or 0),
+        "moe_intermediate_size": get("moe_intermediate_size"),
+        "shared_expert_intermediate_size": int(get("shared_expert_intermediate_size", default=0) or 0),
+        "num_shared_experts": int(get("n_shared_experts", "num_shared_experts", default=0) or 0),
+        "first_k_dense_layers": int(get("first_k_dense_replace", default=0) or 0),
+        "moe_layer_freq": int(get("moe_layer_freq", "decoder_sparse_step", default=1) or 1),
+    }
 
 
 def _state_layers(get: Any, layers: int) -> tuple[str, dict[str, int] | None, int]:

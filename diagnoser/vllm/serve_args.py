@@ -328,28 +328,49 @@ def _json_value(value: Any) -> Any:
 
 def _cli_words(flag: Flag | None, name: str, value: Any, version: str | None) -> list[str] | None:
     """The shell words for one setting, or None when it cannot be written (caller notes it)."""
-    if value is True:
-        return [name]
-    if value is False:
-        if flag is None:
-            return None
-        negative = negative_form(flag, version)
-        return [negative] if negative else []
+    if value is True or value is False:
+        return _switch_words(flag, name, value, version)
     if flag is not None and not flag.value:
         return None     # a switch with a value that is not a boolean
     if flag is not None and flag.item:
         words = _structured(flag, value)
         return None if words is None else [name, *words]
     if flag is not None and flag.json:
-        obj = _json_value(value)
-        if not isinstance(obj, (dict, list)) or not _plain(obj):
-            return None
-        return [name, json.dumps(obj, separators=(", ", ": "))]
+        return _json_words(name, value)
     if isinstance(value, (list, tuple)):
-        if flag is None or flag.nargs != "+" or not value or not all(
-                _plain(v) and not isinstance(v, (list, dict, tuple)) for v in value):
-            return None
-        return [name, *(_word(v) for v in value)]
+        return _list_words(flag, name, value)
+    return _scalar_words(name, value)
+
+
+def _switch_words(flag: Flag | None, name: str, on: bool, version: str | None) -> list[str] | None:
+    """A boolean setting: the flag itself when on; when off, the release's negative form (nothing when the
+    flag has none: off is its default), None for an unknown flag."""
+    if on:
+        return [name]
+    if flag is None:
+        return None
+    negative = negative_form(flag, version)
+    return [negative] if negative else []
+
+
+def _json_words(name: str, value: Any) -> list[str] | None:
+    """A JSON flag and its value as one compact JSON word, when the value is a plain dict or list."""
+    obj = _json_value(value)
+    if not isinstance(obj, (dict, list)) or not _plain(obj):
+        return None
+    return [name, json.dumps(obj, separators=(", ", ": "))]
+
+
+def _list_words(flag: Flag | None, name: str, value: list[Any] | tuple[Any, ...]) -> list[str] | None:
+    """A list setting: the flag then one word per item, for a flag taking several values (nargs '+')."""
+    if flag is None or flag.nargs != "+" or not value or not all(
+            _plain(v) and not isinstance(v, (list, dict, tuple)) for v in value):
+        return None
+    return [name, *(_word(v) for v in value)]
+
+
+def _scalar_words(name: str, value: Any) -> list[str] | None:
+    """A single plain value: the flag and its word (None for a dict, a non-plain value or an object's repr)."""
     if isinstance(value, dict) or not _plain(value):
         return None
     if isinstance(value, str) and _OBJECT_REPR.match(value.strip()):

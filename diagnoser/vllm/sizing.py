@@ -1,9 +1,10 @@
 """Sizing one `vllm serve` configuration: the planner's model of a start-up, from flags to KV-cache tokens.
 
-The arithmetic is memory.py's (pure functions over numbers); what a release defaults to or measured comes from
-releases.py (data/releases.yaml). This module joins the two: it resolves the defaults a configuration runs
-with, feeds the coefficients of its release to the arithmetic, and builds the planner's tables (what-if rows,
-lengths, the assumptions in words). `plan`, `compare` and the advice size configurations only through here.
+The arithmetic is pure functions over numbers (memory.py: the budget; kvcache.py, weights.py, profiling.py:
+what a model needs); what a release defaults to or measured comes from releases.py (data/releases.yaml). This
+module joins the two: it resolves the defaults a configuration runs with, feeds the coefficients of its
+release to the arithmetic, and builds the planner's tables (what-if rows, lengths, the assumptions in words).
+`plan`, `compare` and the advice size configurations only through here.
 """
 
 from __future__ import annotations
@@ -11,28 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from diagnoser.vllm import kvcache, profiling, releases
 from diagnoser.vllm import memory as m
-from diagnoser.vllm import releases
-from diagnoser.vllm.memory import (
-    GGUF_BITS,
-    GIB,
-    LEN_STEP,
-    MIB,
-    ArchSpec,
-    activation_bytes,
-    encoder_bytes,
-    encoder_items,
+from diagnoser.vllm.archspec import ArchSpec
+from diagnoser.vllm.kvcache import (
     kv_cache_tokens,
-    kv_value_bytes,
     max_model_len_for,
     model_kv_bytes_per_token,
-    quant_format,
     request_kv_bytes,
-    resolve_dtype_bytes,
-    round_down,
     state_bytes_per_layer,
-    weight_bytes,
 )
+from diagnoser.vllm.memory import GIB, LEN_STEP, MIB, kv_value_bytes, round_down
+from diagnoser.vllm.profiling import activation_bytes, encoder_bytes, encoder_items
+from diagnoser.vllm.weights import GGUF_BITS, quant_format, resolve_dtype_bytes, weight_bytes
 
 #: The release whose defaults the planner assumes when none is given.
 LATEST_VERSION = releases.latest()
@@ -84,10 +76,11 @@ def sampler_bytes_per_logit(version: Version, flashinfer: bool | None = None, en
 
 
 def non_torch_bytes(tp: int, pp: int, gpu_name: str, version: Version, custom_all_reduce: bool | None = None) -> int:
-    """memory.non_torch_bytes with the single-rank and all-reduce figures of the release."""
-    return m.non_torch_bytes(tp, pp, gpu_name, single=float(releases.default("non_torch_single_gib", version)) * GIB,
-                             multi=float(releases.default("non_torch_multi_gpu_gib", version)) * GIB,
-                             custom_all_reduce=custom_all_reduce)
+    """profiling.non_torch_bytes with the single-rank and all-reduce figures of the release."""
+    return profiling.non_torch_bytes(tp, pp, gpu_name,
+                                     single=float(releases.default("non_torch_single_gib", version)) * GIB,
+                                     multi=float(releases.default("non_torch_multi_gpu_gib", version)) * GIB,
+                                     custom_all_reduce=custom_all_reduce)
 
 
 def non_torch_rule(tp: int, version: Version) -> str:
@@ -101,12 +94,12 @@ def non_torch_rule(tp: int, version: Version) -> str:
 
 def cuda_graph_bytes(arch: ArchSpec, pp: int, enforce_eager: bool, version: Version, engine: str | None,
                      runner: str | None = None) -> int:
-    """memory.cuda_graph_bytes with the release's fixed and per-layer parts (FULL and PIECEWISE capture passes
+    """profiling.cuda_graph_bytes with the release's fixed and per-layer parts (FULL and PIECEWISE capture passes
     from 0.11 hold about three times the per-layer buffers; Model Runner V2 adds almost nothing to its peak)."""
     where = {"engine": engine, "runner": runner}
-    return m.cuda_graph_bytes(arch, pp, enforce_eager,
-                              base=float(releases.default("cuda_graph_base_gib", version, **where)) * GIB,
-                              per_layer=float(releases.default("cuda_graph_per_layer_gib", version, **where)) * GIB)
+    base = float(releases.default("cuda_graph_base_gib", version, **where)) * GIB
+    per_layer = float(releases.default("cuda_graph_per_layer_gib", version, **where)) * GIB
+    return profiling.cuda_graph_bytes(arch, pp, enforce_eager, base=base, per_layer=per_layer)
 
 
 def ssm_state_bytes(arch: ArchSpec, mamba_ssm_cache_dtype: str | None, model_dtype_bytes: float) -> float:
@@ -192,56 +185,31 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     util = inp.gpu_memory_utilization if inp.gpu_memory_utilization is not None \
         else float(releases.default("gpu_memory_utilization", v))
     max_len = int(inp.max_model_len or arch.max_position_embeddings or 4096)
-    gpu_gib = inp.gpu_bytes / GIB
     engine = releases.engine_for(v, inp.engine)
-    where = {"engine": engine, "gpu_gib": gpu_gib, "gpu_name": inp.gpu_name}
-    seqs = inp.max_num_seqs or int(releases.default("max_num_seqs", v, **where))
-    batched = inp.max_num_batched_tokens or int(releases.default("max_num_batched_tokens", v, max_model_len=max_len,
-                                                                 **where))
+    seqs, batched = _scheduler_limits(inp, engine, max_len)
     mdb = resolve_dtype_bytes(arch, inp.dtype)
     kvb = kv_value_bytes(inp.kv_cache_dtype, mdb)
-    quant = inp.quantization if inp.quantization is not None else arch.quantization
-    bits = inp.quant_bits if inp.quant_bits is not None else (arch.quant_bits if quant == arch.quantization
-                                                               else None)
+    quant, bits = _quantization(inp)
     sources: dict[str, str] = {"weights": "given" if inp.weights is not None else "estimated"}
     budget = inp.gpu_bytes * util
-    weights = float(inp.weights) if inp.weights is not None else float(weight_bytes(arch, mdb, quant, bits, tp, pp))
-    weights = max(0.0, weights - inp.cpu_offload_bytes)
-    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
+    weights = _weights_on_gpu(inp, mdb, quant, bits)
     runner = model_runner(arch, v, engine)
     per_logit = sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler, runner)
-    act = float(activation_bytes(arch, batched, seqs, tp, mdb, sampler=not v0_chunked, bytes_per_logit=per_logit))
-    if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
-        act = max(act, float(encoder_bytes(arch, batched, mdb)))
     hybrid = hybrid_layout(inp, engine, mdb, kvb)
-    if arch.is_hybrid and not hybrid.paged:
-        # V0 keeps the state of max_num_seqs sequences outside the cache, allocated in the profiling run
-        act += seqs * hybrid.state_layers * hybrid.state_bytes
+    act = _activation_peak(inp, engine, max_len, seqs, batched, mdb, per_logit, hybrid)
     ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine, runner))
     in_budget = graphs_budgeted(v)
     sources["overhead"] = "given" if inp.overhead is not None else "estimated"
     overhead = float(inp.overhead) if inp.overhead is not None else act + ntm + (graphs if in_budget else 0.0)
-    sources["kv_cache"] = "fixed by --kv-cache-memory-bytes" if inp.kv_cache_fixed and inp.kv_cache_bytes is not None \
-        else "measured" if inp.kv_cache_bytes is not None else "computed"
+    sources["kv_cache"] = _kv_cache_source(inp)
     kv_room = float(inp.kv_cache_bytes) if inp.kv_cache_bytes is not None else budget - weights - overhead
     per_token = model_kv_bytes_per_token(arch, tp, pp, kvb)
-    # V1 (0.8.3+) sizes sliding layers by their window; V0 caps a uniform window but runs interleaved
-    # patterns as full attention
-    window_aware = bool(releases.default("sliding_window_sized", v, engine=engine)) or not arch.layer_types \
-        or arch.is_hybrid
     kw = {"tp": tp, "pp": pp, "kv_bytes": kvb, "max_num_batched_tokens": batched,
-          "block_size": hybrid.block_size, "window_aware": window_aware, "state_pages": hybrid.state_pages}
+          "block_size": hybrid.block_size, "window_aware": _window_aware(inp, engine),
+          "state_pages": hybrid.state_pages}
     need = request_kv_bytes(arch, max_len, **kw)
-    if hybrid.paged:
-        conc = m.hybrid_concurrency(kv_room, hybrid.page_bytes, hybrid.group_size, hybrid.attention_groups,
-                                    hybrid.state_groups, max_len, hybrid.block_size, hybrid.state_pages)
-        tokens = m.hybrid_kv_tokens(kv_room, hybrid.page_bytes, hybrid.group_size,
-                                    hybrid.attention_groups + hybrid.state_groups, hybrid.block_size, conc, max_len,
-                                    bool(releases.default("hybrid_tokens_by_concurrency", v)))
-    else:
-        tokens = kv_cache_tokens(kv_room, per_token, hybrid.block_size)
-        conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
+    tokens, conc = _tokens_and_concurrency(hybrid, kv_room, per_token, need, max_len, v)
     fits = kv_room > 0 and need <= kv_room
     if inp.kv_cache_fixed:
         # --kv-cache-memory-bytes is not capped by the utilization share: the whole device must hold it
@@ -260,6 +228,81 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         quant_format=quant_format(quant, bits), block_size=hybrid.block_size, state_pages=hybrid.state_pages,
         sources=sources, model_runner=runner, sampler_bytes_per_logit=per_logit,
     )
+
+
+def _scheduler_limits(inp: PlanInput, engine: str, max_len: int) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens): as given, else the release's defaults for this GPU and length."""
+    where = {"engine": engine, "gpu_gib": inp.gpu_bytes / GIB, "gpu_name": inp.gpu_name}
+    seqs = inp.max_num_seqs or int(releases.default("max_num_seqs", inp.version, **where))
+    batched = inp.max_num_batched_tokens or int(releases.default("max_num_batched_tokens", inp.version,
+                                                                 max_model_len=max_len, **where))
+    return seqs, batched
+
+
+def _quantization(inp: PlanInput) -> tuple[str | None, float | None]:
+    """The quantization the weights load with, and its bits: --quantization when given, else the checkpoint's
+    (whose bits apply only when the method is the checkpoint's own)."""
+    arch = inp.arch
+    quant = inp.quantization if inp.quantization is not None else arch.quantization
+    bits = inp.quant_bits if inp.quant_bits is not None else (arch.quant_bits if quant == arch.quantization
+                                                               else None)
+    return quant, bits
+
+
+def _weights_on_gpu(inp: PlanInput, model_dtype_bytes: float, quant: str | None, bits: float | None) -> float:
+    """Weight bytes one rank holds: as given, else estimated; less what --cpu-offload-gb keeps in CPU memory."""
+    tp, pp = max(1, inp.tensor_parallel_size), max(1, inp.pipeline_parallel_size)
+    weights = float(inp.weights) if inp.weights is not None \
+        else float(weight_bytes(inp.arch, model_dtype_bytes, quant, bits, tp, pp))
+    return max(0.0, weights - inp.cpu_offload_bytes)
+
+
+def _activation_peak(inp: PlanInput, engine: str, max_len: int, seqs: int, batched: int, model_dtype_bytes: float,
+                     per_logit: float, hybrid: HybridLayout) -> float:
+    """The profiling run's PyTorch peak: the forward pass or the sampler (none in V0's chunked-prefill run), the
+    multimodal encoder when V1 profiles it, and the recurrent state V0 allocates outside the cache."""
+    arch, v = inp.arch, inp.version
+    tp = max(1, inp.tensor_parallel_size)
+    v0_chunked = engine == "V0" and releases.is_chunked_v0(max_len, v)
+    act = float(activation_bytes(arch, batched, seqs, tp, model_dtype_bytes, sampler=not v0_chunked,
+                                 bytes_per_logit=per_logit))
+    if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
+        act = max(act, float(encoder_bytes(arch, batched, model_dtype_bytes)))
+    if arch.is_hybrid and not hybrid.paged:
+        # V0 keeps the state of max_num_seqs sequences outside the cache, allocated in the profiling run
+        act += seqs * hybrid.state_layers * hybrid.state_bytes
+    return act
+
+
+def _kv_cache_source(inp: PlanInput) -> str:
+    """Where the KV cache size comes from, for the `sources` of a plan."""
+    if inp.kv_cache_fixed and inp.kv_cache_bytes is not None:
+        return "fixed by --kv-cache-memory-bytes"
+    return "measured" if inp.kv_cache_bytes is not None else "computed"
+
+
+def _window_aware(inp: PlanInput, engine: str) -> bool:
+    """Whether sliding layers are sized by their window: V1 (0.8.3+) does; V0 caps a uniform window but runs
+    interleaved patterns as full attention."""
+    arch = inp.arch
+    return bool(releases.default("sliding_window_sized", inp.version, engine=engine)) or not arch.layer_types \
+        or arch.is_hybrid
+
+
+def _tokens_and_concurrency(hybrid: HybridLayout, kv_room: float, per_token: int, need: int, max_len: int,
+                            version: Version) -> tuple[int, float]:
+    """vLLM's 'GPU KV cache size' in tokens and its 'Maximum concurrency' for a KV pool of `kv_room` bytes: whole
+    blocks of the unified page for a paged hybrid model, else whole blocks of all layers."""
+    if hybrid.paged:
+        conc = kvcache.hybrid_concurrency(kv_room, hybrid.page_bytes, hybrid.group_size, hybrid.attention_groups,
+                                          hybrid.state_groups, max_len, hybrid.block_size, hybrid.state_pages)
+        tokens = kvcache.hybrid_kv_tokens(kv_room, hybrid.page_bytes, hybrid.group_size,
+                                          hybrid.attention_groups + hybrid.state_groups, hybrid.block_size, conc,
+                                          max_len, bool(releases.default("hybrid_tokens_by_concurrency", version)))
+        return tokens, conc
+    tokens = kv_cache_tokens(kv_room, per_token, hybrid.block_size)
+    conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
+    return tokens, conc
 
 
 @dataclass(frozen=True)
@@ -286,13 +329,14 @@ def hybrid_layout(inp: PlanInput, engine: str, model_dtype_bytes: float, kv_byte
         return HybridLayout(paged=False, block_size=inp.block_size)
     ssm_b = ssm_state_bytes(arch, inp.mamba_ssm_cache_dtype, model_dtype_bytes)
     state = state_bytes_per_layer(arch, tp, model_dtype_bytes, ssm_b)
-    kinds = m.stage_kinds(arch, max(1, inp.pipeline_parallel_size))
+    kinds = kvcache.stage_kinds(arch, max(1, inp.pipeline_parallel_size))
     n_state = kinds.count("linear")
     if not releases.default("hybrid_state_paged", inp.version, engine=engine):
         return HybridLayout(paged=False, block_size=inp.block_size, state_layers=n_state, state_bytes=state)
-    block = max(inp.block_size, m.unified_block_size(m.kv_bytes_per_token_layer(arch, tp, kv_bytes), state))
-    size, att_groups, state_groups = m.hybrid_groups(sum(1 for k in kinds if k in ("full", "sliding")), n_state)
-    return HybridLayout(paged=True, block_size=block, page_bytes=block * m.kv_bytes_per_token_layer(arch, tp, kv_bytes),
+    per_token_layer = kvcache.kv_bytes_per_token_layer(arch, tp, kv_bytes)
+    block = max(inp.block_size, kvcache.unified_block_size(per_token_layer, state))
+    size, att_groups, state_groups = kvcache.hybrid_groups(sum(1 for k in kinds if k in ("full", "sliding")), n_state)
+    return HybridLayout(paged=True, block_size=block, page_bytes=block * per_token_layer,
                         group_size=size, attention_groups=att_groups, state_groups=state_groups,
                         state_layers=n_state, state_bytes=state, state_pages=2 if inp.enable_prefix_caching else 1)
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from diagnoser.analysis.pipeline import diagnose
 from diagnoser.analysis.tracker import Tracker
-from diagnoser.ingest.reader import parse_line, read_lines
+from diagnoser.ingest.line import parse_line
+from diagnoser.ingest.reader import read_lines
 from diagnoser.report import FORMATS, renderer
 
 from .test_output_escapes import UNSAFE, assert_inert

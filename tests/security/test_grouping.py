@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnoser.analysis.advise import _group
-from diagnoser.ingest.reader import Line
+from diagnoser.ingest.line import Line
 
 
 def _reference(hits):

@@ -10,7 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnoser.rules.loader import RuleError, parse_rule
+from diagnoser.rules.checks import parse_rule
+from diagnoser.rules.model import RuleError
 
 from .conftest import rule_text
 

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from diagnoser.rules.loader import RuleError, load_rule_file
+from diagnoser.rules.loader import load_rule_file
+from diagnoser.rules.model import RuleError
 
 from .conftest import TRIGGER, rule_text
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from diagnoser.compare import comparison as cmp
+from diagnoser.compare import model as cmp
 from diagnoser.report import html as h
 from diagnoser.report.compare.rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
 

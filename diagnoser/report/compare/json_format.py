@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from diagnoser.compare import comparison as cmp
+from diagnoser.compare import model as cmp
 
 
 def render(comp: cmp.Comparison, opts: dict[str, Any] | None = None) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from diagnoser.compare import comparison as cmp
+from diagnoser.compare import model as cmp
 from diagnoser.vllm import releases as rel
 
 #: marks a figure the log did not print (derived by arithmetic, estimated by the planner, or the other log's)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from diagnoser.compare import comparison as cmp
+from diagnoser.compare import model as cmp
 from diagnoser.report.compare.rows import ESTIMATED_MARK, Row, columns, gate, pair_sections, tables
 
 WIDTH = 110

@@ -1,0 +1,162 @@
+"""The rule model: what a loaded, validated rule is (`Rule`, its `Pattern`s, `Extractor`s and `Fix`es).
+
+A rule is data: phrases fuzzy-matched against clean lines (or exact regexes), named regex groups that become
+typed facts, jinja2 expressions that derive more facts, an advice template, fixes, a long explanation and
+its own test cases. This module holds those objects, the language's vocabulary (severities, fact types,
+aggregates), the regex of a rule pack bounded in time (`TimedPattern`) and its wrap-tolerant form, and
+`RuleError`, the one-line "path: key: what to change" every check raises (checks.py builds rules, loader.py
+reads them from files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from diagnoser.errors import InputError, LimitError
+
+SEVERITIES = ("error", "warning", "info")
+#: The one severity order (most severe first): ranking, --fail-on and every report use it.
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+FACT_TYPES = ("int", "float", "str", "gib", "size", "bytes", "list")
+AGGREGATES = ("max", "min", "sum", "first", "last", "count", "list", "distinct")
+
+
+class RuleError(InputError, ValueError):
+    """A rule file is wrong: carries the file and the key so the one-line message says what to change."""
+
+    def __init__(self, path: str, key: str, message: str) -> None:
+        super().__init__(f"{path}: {key}: {message}")
+        self.path, self.key = path, key
+
+
+@dataclass
+class Pattern:
+    """One way a rule recognises its message."""
+
+    phrase: str | None
+    regex: regex.Pattern[str] | None
+    threshold: float
+    keywords: list[str]
+    generic: bool
+    stages: tuple[str | None, ...] | None
+    when: str | None
+    catalog: list[str]
+    #: `when` names only extracted facts: it can be tested before the (costlier) derived facts exist
+    when_early: bool = False
+    #: a window kind of the serving series (facts.SERIES_FACTS): matched once per window, not per line
+    series: str | None = None
+
+
+@dataclass
+class Extractor:
+    """A regex whose named groups become facts; `tolerant` also finds it across wrapped lines."""
+
+    pattern: regex.Pattern[str]
+    _tolerant: regex.Pattern[str] | None = None
+
+    @property
+    def tolerant(self) -> regex.Pattern[str]:
+        """Compiled on first use: most extractors never need the wrap-tolerant retry."""
+        if self._tolerant is None:
+            self._tolerant = wrap_tolerant(self.pattern)
+        return self._tolerant
+
+
+#: Seconds one search of a rule pack's regex may take (the regex module stops it at about twice this).
+REGEX_TIMEOUT = 0.5
+
+
+class TimedPattern:
+    """A rule pack's compiled regex whose every search is bounded in time.
+
+    Built-in rules are reviewed and use plain compiled patterns (a timeout costs ~9 µs per search); a
+    `--rules` pattern that runs past REGEX_TIMEOUT on some line stops the run with a LimitError naming the
+    file and the key, rather than hanging a CI job.
+    """
+
+    __slots__ = ("_compiled", "path", "key")
+
+    def __init__(self, compiled: regex.Pattern[str], path: str, key: str) -> None:
+        self._compiled, self.path, self.key = compiled, path, key
+
+    def search(self, text: str, *args: Any) -> Any:
+        try:
+            return self._compiled.search(text, *args, timeout=REGEX_TIMEOUT)
+        except TimeoutError:
+            raise LimitError(f"{self.path}: {self.key}: the regex ran longer than {REGEX_TIMEOUT:g} s on one line "
+                             "(catastrophic backtracking?); simplify it") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled, name)
+
+
+def like(model: Any, compiled: regex.Pattern[str]) -> Any:
+    """`compiled` bounded in time when `model` is (the wrap-tolerant form of a rule pack's regex)."""
+    return TimedPattern(compiled, model.path, model.key) if isinstance(model, TimedPattern) else compiled
+
+
+@dataclass
+class Fix:
+    flag: str | None
+    value: str
+    reason: str
+    when: str | None
+    env: str | None
+    #: a step that tells what is wrong (with a cost, e.g. --enforce-eager), not the fix: shown as a diagnostic run
+    diagnostic: bool = False
+
+
+@dataclass
+class Rule:
+    """A loaded, validated rule."""
+
+    id: str
+    title: str
+    severity: str
+    stage: str | None  #: the failure's stage; None: taken from the log
+    stage_choices: tuple[str, ...]  #: a list in YAML: the log's stage when it is one of these, else the first
+    fine_stage: str | None
+    patterns: list[Pattern]
+    extractors: list[Extractor]
+    facts: dict[str, str]
+    derive: dict[str, str]
+    when: str | None
+    aggregate: dict[str, str]
+    advice: str
+    fixes: list[Fix]
+    explanation: str
+    references: list[str]
+    cases: dict[str, list[Any]]
+    fallback: bool
+    path: str
+    catalog: list[str] = field(default_factory=list)
+    #: rules whose hits on the same line this one's hit replaces (a more precise reading of the same text)
+    overrides: tuple[str, ...] = ()
+    #: evaluated on the finished finding (facts, the whole log's ctx, its `line`): false drops the finding
+    keep_when: str | None = None
+    #: context, not a finding: shown in the report, never counted or gated on (the start-up summary)
+    context: bool = False
+    #: a message that reports another failure (EngineDeadError, "Worker failed"): ranked after every other error
+    wrapper: bool = False
+
+    def produces(self) -> set[str]:
+        """Every fact name this rule can hand to its templates."""
+        names = set(self.facts) | set(self.derive) | set(self.aggregate)
+        for ex in self.extractors:
+            names |= set(ex.pattern.groupindex)
+        if self.aggregate:
+            names |= {"hits", "first_time", "last_time", "first_line", "last_line"}
+        return names
+
+
+def wrap_tolerant(pattern: Any) -> Any:
+    """The same regex, allowing whitespace inserted anywhere (a terminal or chat window wrapped it).
+
+    The one builder of the wrap-tolerant form, for match and extract regexes alike; bounded in time when
+    `pattern` is (a rule pack's)."""
+    flags = regex.BESTMATCH | regex.V0 | (pattern.flags & regex.IGNORECASE)
+    return like(pattern, regex.compile(f"(?:{pattern.pattern}){{i<=6:\\s}}", flags))
+

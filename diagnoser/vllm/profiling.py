@@ -1,0 +1,105 @@
+"""Start-up memory outside the weights and the KV cache: activations, encoder, non-torch memory, CUDA graphs.
+
+vLLM's profiling run measures the PyTorch peak of one forward pass over max_num_batched_tokens and of the
+sampler over max_num_seqs rows (activation_bytes), and of a multimodal encoder over its largest images
+(encoder_bytes); memory outside PyTorch's allocator grows during start-up (non_torch_bytes), and captured
+CUDA graphs keep a pool (cuda_graph_bytes). The default coefficients are here; a release's own come in as
+arguments (sizing.py looks them up). Pure functions over an ArchSpec and numbers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from diagnoser.vllm.archspec import ArchSpec
+from diagnoser.vllm.memory import GIB, SAMPLER_BYTES_PER_LOGIT, layers_per_stage
+
+#: Non-torch memory (CUDA context growth, cuBLAS/NCCL workspaces) at one GPU, and the extra when several GPUs
+#: talk: NCCL plus vLLM's custom all-reduce buffers on data-centre GPUs; GeForce cards lack GPU peer-to-peer
+#: access, vLLM disables its custom all-reduce there and only NCCL's buffers remain (catalog D5 'non-torch').
+NON_TORCH_SINGLE = 0.10 * GIB
+NON_TORCH_MULTI_GPU = 1.40 * GIB
+NON_TORCH_MULTI_GPU_NO_P2P = 0.15 * GIB
+NO_P2P_GPUS = re.compile(r"geforce|rtx ?[2-5]0[5-9]0|titan", re.IGNORECASE)
+#: CUDA-graph pool: a fixed part plus a part per layer (graphs are captured per batch size, and the piecewise
+#: graphs keep per-layer buffers). Observed 'Graph capturing finished ... took' figures are 0.2-0.5 GiB.
+CUDA_GRAPH_BASE = 0.10 * GIB
+CUDA_GRAPH_PER_LAYER = 0.006 * GIB
+
+
+def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
+                     act_bytes: float = 2, sampler: bool = True,
+                     bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT) -> int:
+    """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
+    tokens (MLP gate/up output and activation, `mlp_matrices` x intermediate per rank, plus three hidden-size
+    buffers: residual, normed input and the layer output) and the sampler over max_num_seqs rows of the
+    vocabulary (`bytes_per_logit` each). `sampler=False` leaves the sampler out: V0's chunked-prefill
+    profiling run shows no sampler peak in published logs.
+
+    >>> a = ArchSpec("t", layers=2, hidden_size=1024, num_attention_heads=8, num_key_value_heads=8,
+    ...              intermediate_size=4096, vocab_size=1000)
+    >>> activation_bytes(a, 2048, 1, sampler=False) == 2048 * (3 * 4096 + 3 * 1024) * 2
+    True
+    """
+    h = arch.hidden_size
+    if arch.is_moe:
+        moe_i = arch.moe_intermediate_size or arch.intermediate_size
+        per_token = arch.experts_per_token * (3 * moe_i / tp + h) + 3 * h
+        if arch.shared_expert_intermediate_size or arch.num_shared_experts:
+            per_token += 3 * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i) / tp
+    else:
+        per_token = arch.mlp_matrices * arch.intermediate_size / tp + 3 * h
+    forward = max_num_batched_tokens * per_token * act_bytes
+    sampled = max_num_seqs * arch.vocab_size * bytes_per_logit if sampler else 0
+    return int(max(forward, sampled))
+
+
+def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "", single: float = NON_TORCH_SINGLE,
+                    multi: float = NON_TORCH_MULTI_GPU, custom_all_reduce: bool | None = None) -> int:
+    """Memory outside PyTorch's allocator that grows during start-up, per rank: `single` bytes, plus `multi`
+    bytes of all-reduce buffers when tensor parallelism is on (NCCL's alone on GPUs without peer-to-peer
+    access). Pipeline-only ranks exchange activations point to point and keep the single-rank figure.
+
+    >>> non_torch_bytes(1) == int(NON_TORCH_SINGLE), non_torch_bytes(2, gpu_name="RTX 4090") == int(0.25 * GIB)
+    (True, True)
+    """
+    if tp <= 1:
+        return int(single)
+    no_p2p = custom_all_reduce is False or (custom_all_reduce is None and NO_P2P_GPUS.search(gpu_name or ""))
+    return int(single + (NON_TORCH_MULTI_GPU_NO_P2P if no_p2p else multi))
+
+
+def encoder_items(arch: ArchSpec, max_num_batched_tokens: int) -> int:
+    """Largest images V1 profiles the encoder with: as many as its budget, max(max_num_batched_tokens, one
+    image's tokens), holds ('Encoder cache will be initialized with a budget of N tokens, and profiled with K
+    image items of the maximum feature size')."""
+    v = arch.vision or {}
+    per = int(v.get("tokens_per_item") or 0)
+    if per <= 0:
+        return 0
+    return max(1, max(max_num_batched_tokens, per) // per)
+
+
+def encoder_bytes(arch: ArchSpec, max_num_batched_tokens: int, act_bytes: float = 2) -> int:
+    """Peak of V1's multimodal encoder profiling run: for every patch of the profiled images, the MLP's two
+    intermediate tensors (fc1 output and its activation) and four hidden-size buffers (residual, norm,
+    attention output, projection) in the model dtype, plus the fp32 pixel values of the patch."""
+    v = arch.vision or {}
+    patches = encoder_items(arch, max_num_batched_tokens) * int(v.get("patches_per_item") or 0)
+    per_patch = (2 * int(v.get("intermediate_size") or 0) + 4 * int(v.get("hidden_size") or 0)) * act_bytes \
+        + int(v.get("patch_pixels") or 0) * 4
+    return int(patches * per_patch)
+
+
+def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False, base: float = CUDA_GRAPH_BASE,
+                     per_layer: float = CUDA_GRAPH_PER_LAYER) -> int:
+    """CUDA-graph pool estimate: a fixed part plus a part per layer of the rank; none with --enforce-eager.
+
+    >>> a = ArchSpec("t", layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+    ...              intermediate_size=14336, vocab_size=128256)
+    >>> round(cuda_graph_bytes(a, base=0.25 * GIB, per_layer=0.018 * GIB) / GIB, 3), cuda_graph_bytes(a, 1, True)
+    (0.826, 0)
+    """
+    if enforce_eager:
+        return 0
+    return int(base + per_layer * layers_per_stage(arch.layers, pp))

@@ -1,0 +1,188 @@
+"""Weight arithmetic: a model's parameters by part, and the bytes they take on one GPU.
+
+Parameters are counted from an ArchSpec (embeddings, lm_head, attention or recurrent-state mixers, dense MLP,
+experts, router, norms, a vision tower); their bytes follow the dtype or the quantization format
+(--quantization names, GGUF types read from a file name, MXFP4's padded expert matrices), split by tensor
+and pipeline parallelism. Pure functions over an ArchSpec and numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from diagnoser.vllm.archspec import ArchSpec
+from diagnoser.vllm.memory import dtype_bytes
+
+
+def param_breakdown(arch: ArchSpec) -> dict[str, int]:
+    """Parameter count by part: embeddings, lm_head, attention, dense MLP, experts, router, norms."""
+    h, L = arch.hidden_size, arch.layers
+    embed = arch.vocab_size * h
+    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * h
+    if arch.is_mla:
+        heads = arch.num_attention_heads
+        qk = (arch.qk_nope_head_dim or 0) + (arch.qk_rope_head_dim or 0)
+        q = (h * arch.q_lora_rank + arch.q_lora_rank * heads * qk) if arch.q_lora_rank else h * heads * qk
+        kv_a = h * (arch.kv_lora_rank + (arch.qk_rope_head_dim or 0))
+        kv_b = arch.kv_lora_rank * heads * ((arch.qk_nope_head_dim or 0) + (arch.v_head_dim or 0))
+        o = heads * (arch.v_head_dim or 0) * h
+        attn_layer = q + kv_a + kv_b + o
+    else:
+        d = arch.head_size
+        attn_layer = h * arch.num_attention_heads * d * 2 + h * arch.num_key_value_heads * d * 2
+    kinds = arch.kinds()
+    n_state, n_mlp_only = kinds.count("linear"), kinds.count("none")
+    attention_total = (L - n_state - n_mlp_only) * attn_layer + n_state * state_layer_params(arch)
+    # pattern models (Nemotron-H) put the MLP in layers of its own; the others have one in every layer
+    mlp_layers = n_mlp_only if n_mlp_only else L
+    dense_layer = arch.mlp_matrices * h * arch.intermediate_size
+    if arch.is_moe:
+        moe_i = arch.moe_intermediate_size or arch.intermediate_size
+        n_moe = sum(1 for i in range(arch.first_k_dense_layers, L) if (i + 1) % max(1, arch.moe_layer_freq) == 0)
+        n_dense = mlp_layers - n_moe
+        experts = n_moe * arch.num_experts * 3 * h * moe_i
+        shared = n_moe * 3 * h * (arch.shared_expert_intermediate_size or arch.num_shared_experts * moe_i)
+        router = n_moe * h * arch.num_experts
+    else:
+        n_dense, experts, shared, router = mlp_layers, 0, 0, 0
+    return {
+        "embeddings": embed,
+        "lm_head": lm_head,
+        "attention": attention_total,
+        "mlp": n_dense * dense_layer + shared,
+        "experts": experts,
+        "router": router,
+        "norms": L * 2 * h + h,
+        "other": arch.extra_params,
+    }
+
+
+def state_layer_params(arch: ArchSpec) -> int:
+    """Parameters of one recurrent-state layer's mixer: input projection, short convolution, output projection
+    (and, for Mamba, the dt/A/D vectors and Mamba-1's x/dt projections)."""
+    la = {k: int(v or 0) for k, v in (arch.linear_attention or {}).items()}
+    h, kernel = arch.hidden_size, la.get("conv_kernel") or 4
+    if arch.state_kind == "mamba1":
+        d, n = la.get("d_inner", 0), la.get("d_state", 0)
+        dt_rank = math.ceil(h / 16)
+        return h * 2 * d + d * kernel + d * (dt_rank + 2 * n) + dt_rank * d + d * n + 2 * d + d * h
+    if arch.state_kind == "mamba2":
+        d, n, g, heads = la.get("d_inner", 0), la.get("d_state", 0), la.get("n_groups") or 1, la.get("heads", 0)
+        return h * (2 * d + 2 * g * n + heads) + (d + 2 * g * n) * kernel + d * h + 3 * heads + d
+    kh, vh, kd, vd = (la.get(k, 0) for k in ("key_heads", "value_heads", "key_dim", "value_dim"))
+    # in_proj (q, k, v, gate z, and the b/a decay heads), the short conv, and out_proj
+    return h * (2 * kh * kd + 2 * vh * vd + 2 * vh) + (2 * kh * kd + vh * vd) * kernel + vh * vd * h
+
+
+def param_count(arch: ArchSpec) -> int:
+    """Total parameters the checkpoint loads (text model plus any vision tower)."""
+    return sum(param_breakdown(arch).values())
+
+
+#: Quantization method -> (bytes per quantized weight, which parts it quantizes). Group-quantized 4-bit
+#: formats carry an fp16 scale and a 4-bit zero point per 128 weights: 0.5 + (2 + 0.5) / 128 bytes.
+QUANT_FORMATS: dict[str, tuple[float, str]] = {
+    "int4": (0.5 + 2.5 / 128, "linear"),
+    "int8": (1.0 + 4 / 4096, "linear"),
+    "fp8": (1.0 + 4 / 16384, "linear"),
+    "mxfp4": (0.5 + 1 / 32, "experts"),
+    "nvfp4": (0.5 + 1 / 16, "linear"),
+    "nf4": (0.5 + 4 / 64, "linear"),
+    "gguf": (4.85 / 8, "linear"),
+}
+#: --quantization names (and checkpoint quant_method values) -> format.
+QUANT_ALIASES = {
+    "awq": "int4", "awq_marlin": "int4", "gptq": "int4", "gptq_marlin": "int4", "marlin": "int4",
+    "gptq_marlin_24": "int4", "hqq": "int4", "quark": "fp8", "moe_wna16": "int4",
+    "fp8": "fp8", "fbgemm_fp8": "fp8", "ptpc_fp8": "fp8", "modelopt": "fp8", "fp8_e4m3": "fp8",
+    "experts_int8": "int8", "int8": "int8", "w8a8": "int8", "smoothquant": "int8",
+    "mxfp4": "mxfp4", "modelopt_fp4": "nvfp4", "nvfp4": "nvfp4",
+    "bitsandbytes": "nf4", "gguf": "gguf",
+}
+
+
+#: Bits per weight of llama.cpp's GGUF types (block scales included; K-quant mixes: the average of the file,
+#: whose attention-V, FFN-down and output tensors use the next larger type).
+GGUF_BITS = {
+    "f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q6_k": 6.5625, "q5_k_m": 5.69, "q5_k_s": 5.54,
+    "q5_0": 5.5, "q5_1": 6.0, "q4_k_m": 4.85, "q4_k_s": 4.58, "q4_0": 4.5, "q4_1": 5.0, "iq4_xs": 4.25,
+    "iq4_nl": 4.5, "q3_k_l": 4.27, "q3_k_m": 3.91, "q3_k_s": 3.5, "iq3_m": 3.66, "iq3_xxs": 3.06,
+    "q2_k": 2.63, "iq2_m": 2.7, "iq2_xs": 2.31, "iq2_xxs": 2.06, "iq1_m": 1.75, "iq1_s": 1.56,
+}
+_GGUF_TYPE = re.compile(r"(?:^|[-_.:/])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:/])",
+                        re.IGNORECASE)
+#: MXFP4 MoE kernels pad the expert hidden and per-rank intermediate dimensions to this multiple.
+MXFP4_PAD = 256
+
+
+def quantized_weight_bytes(fmt: str, bits: float | None = None) -> float:
+    """Bytes per quantized weight of a storage format (GGUF: its type's bits per weight)."""
+    if fmt == "gguf":
+        return (bits if bits and bits > 1 else GGUF_BITS["q4_k_m"]) / 8
+    return QUANT_FORMATS[fmt][0]
+
+
+def gguf_bits(name: str) -> float | None:
+    """Bits per weight of the GGUF type a file or repo name carries ('Qwen3-8B-Q4_K_M.gguf' -> 4.85)."""
+    m = _GGUF_TYPE.search(name or "")
+    return GGUF_BITS[m.group(1).lower()] if m else None
+
+
+def quant_format(quantization: str | None, bits: float | None = None) -> str | None:
+    """The storage format of a --quantization value; compressed-tensors and GPTQ follow `bits`."""
+    if not quantization:
+        return None
+    q = quantization.lower().replace("-", "_")
+    if q in ("compressed_tensors", "gptq", "gptq_marlin", "auto_round", "awq", "awq_marlin") and bits:
+        return "int4" if bits <= 4 else ("fp8" if q == "compressed_tensors" and bits == 8 else "int8")
+    if q == "compressed_tensors":
+        return "int8"
+    return QUANT_ALIASES.get(q, "int4" if "4" in q else None)
+
+
+def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | None = None,
+                 bits: float | None = None, tp: int = 1, pp: int = 1) -> int:
+    """Weight memory on one GPU: parameters x bytes for the dtype or quantization, split by TP and PP.
+
+    Quantized formats store the linear layers (or only the experts, for MXFP4) packed; embeddings, the
+    untied lm_head, routers and norms stay in the model dtype.
+    """
+    parts = param_breakdown(arch)
+    fmt = quant_format(quantization, bits)
+    total = 0.0
+    for part, n in parts.items():
+        b = dtype_bytes_
+        if fmt == "gguf":
+            # GGUF files quantize every matrix, embeddings and output included; norms and routers stay f32/f16
+            if part in ("embeddings", "lm_head", "attention", "mlp", "experts"):
+                b = quantized_weight_bytes(fmt, bits)
+        elif fmt:
+            per, scope = QUANT_FORMATS[fmt]
+            if part == "experts" or (scope == "linear" and part in ("attention", "mlp", "other")):
+                b = per if part != "other" else dtype_bytes_
+            if fmt == "mxfp4" and part == "experts":
+                b *= mxfp4_pad_factor(arch, tp)
+        total += n * b
+    return int(total / max(1, tp) / max(1, pp))
+
+
+def mxfp4_pad_factor(arch: ArchSpec, tp: int = 1) -> float:
+    """How much MXFP4 expert weights grow when the kernels pad the hidden size and each rank's intermediate
+    size up to a multiple of MXFP4_PAD (vLLM's mxfp4 MoE method)."""
+    h = arch.hidden_size
+    i = (arch.moe_intermediate_size or arch.intermediate_size) / max(1, tp)
+    if not h or not i:
+        return 1.0
+    return (math.ceil(h / MXFP4_PAD) * MXFP4_PAD / h) * (math.ceil(i / MXFP4_PAD) * MXFP4_PAD / i)
+
+
+def resolve_dtype_bytes(arch: ArchSpec, dtype: str | None) -> float:
+    """--dtype auto keeps a 16-bit checkpoint's dtype and loads fp32 checkpoints as 16-bit: 2 bytes either way.
+
+    >>> resolve_dtype_bytes(None, "auto"), resolve_dtype_bytes(None, "float32")
+    (2, 4)
+    """
+    if not dtype or dtype == "auto":
+        return 2
+    return dtype_bytes(dtype)
