@@ -345,7 +345,7 @@ class Advisor:
                 finding.facts["recovered_at"] = ctx.ready_line
             self._render(finding, ctx, ctx_dict)
             found.append(finding)
-        return _ranked(found)
+        return _ranked(_one_cause(found, ctx))
 
     def _finding(self, group: list[Hit], fold: Fold | None, ctx_dict: dict[str, Any]) -> Finding:
         """One group's finding: its facts (derived ones too), stage, first line, evidence and ranks."""
@@ -436,6 +436,44 @@ def _staged_hit(group: list[Hit], specific: list[Hit], anchor: Hit) -> Hit:
     if anchor.stage is not None:
         return anchor
     return next((h for h in (specific or group) if h.stage is not None), anchor)
+
+
+def _one_cause(found: list[Finding], ctx: Context) -> list[Finding]:
+    """One failure, one error: within one start-up, a rule's later errors (the same segment again, a second
+    library with the same bad build) and the errors of rules its rule `explains` (NCCL's "unhandled system
+    error" after a failed /dev/shm segment) become evidence of the first error, not errors of their own."""
+    out: list[Finding] = []
+    folded: set[int] = set()
+    ordered = sorted(found, key=lambda f: f.line)
+    for f in ordered:
+        root = None if f.severity != "error" else next(
+            (r for r in ordered if r is not f and id(r) not in folded and r.severity == "error"
+             and _same_start(r, f, ctx)
+             and (f.rule.id in r.rule.explains or (r.rule.id == f.rule.id and r.line < f.line))), None)
+        if root is None:
+            out.append(f)
+            continue
+        folded.add(id(f))
+        _fold_into(root, f)
+    return [f for f in out if id(f) not in folded]
+
+
+def _same_start(a: Finding, b: Finding, ctx: Context) -> bool:
+    """Whether two findings are of one start-up: none became ready between them."""
+    ready = ctx.ready_line
+    return ready is None or (a.line < ready) == (b.line < ready)
+
+
+def _fold_into(root: Finding, other: Finding) -> None:
+    """`other` as evidence of `root`: its first line, its count, and (another rule's) a sentence naming it."""
+    lines = [ln for ln in other.evidence[:1] if all(ln.number != e.number for e in root.evidence)]
+    root.evidence = sorted([*root.evidence[:MAX_EVIDENCE - len(lines)], *lines], key=lambda line: line.number)
+    root.end_line = max(root.end_line, other.line)
+    root.occurrences += other.occurrences
+    if other.rule.id != root.rule.id:
+        root.facts.setdefault("also_reported_as", []).append(f"{other.rule.id} (line {other.line})")
+        root.advice += (f"\nThe {other.rule.id} error at line {other.line} is this failure reported again: it "
+                        "goes away with it.")
 
 
 def _ranked(found: list[Finding]) -> list[Finding]:

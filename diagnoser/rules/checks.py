@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 RULE_KEYS = {
     "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
     "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "wrapper", "context", "catalog",
-    "overrides", "keep_when",
+    "overrides", "keep_when", "explains",
 }
 PATTERN_KEYS = {"phrase", "regex", "series", "threshold", "keywords", "generic", "stages", "catalog", "when"}
 FIX_KEYS = {"flag", "value", "reason", "when", "env", "diagnostic"}
@@ -196,7 +196,7 @@ RULE_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "title": (str,), "severity": (str,), "stage": (str, list), "fine_stage": (str,), "match": (list,),
     "extract": (list,), "facts": (dict,), "derive": (dict,), "when": (str,), "aggregate": (dict,), "advice": (str,),
     "fixes": (list,), "explanation": (str,), "references": (list,), "cases": (dict,), "fallback": (bool,),
-    "wrapper": (bool,), "catalog": (list,), "overrides": (list,), "keep_when": (str,),
+    "wrapper": (bool,), "catalog": (list,), "overrides": (list,), "keep_when": (str,), "explains": (list,),
 }
 PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "phrase": (str,), "regex": (str,), "threshold": (int, float), "keywords": (list,), "generic": (bool,),
@@ -225,7 +225,7 @@ def _check_types(item: dict[str, Any], types: dict[str, tuple[type, ...]], path:
         if not ok:
             want = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
             raise RuleError(path, f"{prefix}{key}", f"must be {want}, not {type(value).__name__} {value!r:.40}")
-        if isinstance(value, list) and key in ("keywords", "stages", "references", "catalog", "overrides",
+        if isinstance(value, list) and key in ("keywords", "stages", "references", "catalog", "overrides", "explains",
                                                "advice_contains", "wins_over"):
             bad = next((v for v in value if not isinstance(v, str) and not (key == "stages" and v is None)), "")
             if bad != "":
@@ -260,6 +260,7 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
         explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
         cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
         overrides=tuple(data.get("overrides") or ()),
+        explains=tuple(data.get("explains") or ()),
         keep_when=data.get("keep_when"), context=bool(data.get("context")), wrapper=bool(data.get("wrapper")),
     )
     produced = _check_templates(rule, env)
