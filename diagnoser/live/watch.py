@@ -148,9 +148,7 @@ class Feed:
         self.poll = poll
         self.tee_fd = tee_fd
         self.last_data = time.monotonic()
-        self.eof = False
-        self.newlines = 0      # lines delivered so far (the reader counts its own only when it reaches the end)
-        self.partial = False   # the last bytes delivered end inside a line
+        self.eof, self.newlines, self.partial = False, 0, False  # lines delivered: the reader counts at its end
 
     def read1(self, size: int = BLOCK) -> bytes:
         while True:
@@ -162,8 +160,7 @@ class Feed:
                 write_all(self.tee_fd, data)
             self.last_data = time.monotonic()
             if data:
-                self.newlines += data.count(b"\n")
-                self.partial = not data.endswith(b"\n")
+                self.newlines, self.partial = self.newlines + data.count(b"\n"), not data.endswith(b"\n")
                 self.tick(False)
             else:
                 self.eof = True
@@ -246,6 +243,7 @@ class Watch:
                 self._after_line(line)
         except Stop as stop:
             verdict = stop.verdict
+        self.stats.lines = self.stats.lines or self.feed.newlines + self.feed.partial  # a reader stopped early
         if self.tee is not None and self.feed.eof:
             self.tee.finish()
         return self._verdict(verdict)
@@ -268,9 +266,7 @@ class Watch:
     def report(self) -> Report:
         """The report of what was read so far (for the formats' renderers)."""
         self.tracker.finish()
-        # a followed file or an early verdict stops the reader before it counts: the lines delivered so far
-        lines = self.stats.lines or (self.feed.newlines + self.feed.partial if self.feed is not None else 0)
-        return Report(path=self.path, lines=lines, bytes=self.stats.bytes, context=self.tracker.context,
+        return Report(path=self.path, lines=self.stats.lines, bytes=self.stats.bytes, context=self.tracker.context,
                       findings=self.findings, redactions=dict(self.redactor.counts) if self.redactor else {})
 
     def _after_line(self, line: Line) -> None:
