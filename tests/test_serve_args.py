@@ -118,7 +118,7 @@ def test_a_command_that_would_repeat_the_failing_one_is_not_shown():
                         "Try increasing `gpu_memory_utilization` when initializing the engine.\n").findings[0]
     assert f.rule.id == "no-cache-blocks"
     assert f.command is None
-    assert f.command_notes == ["no command is suggested: the fix is not a change to the command line"]
+    assert f.command_notes == ["no command is suggested: the log does not print the numbers that size the flag's value (see above)"]
 
 
 # -- round trip: parse(render(x)) == x ---------------------------------------------------------------------------

@@ -445,11 +445,11 @@ def _one_cause(found: list[Finding], ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     folded: set[int] = set()
     ordered = sorted(found, key=lambda f: f.line)
-    for f in ordered:
+    for i, f in enumerate(ordered):
         root = None if f.severity != "error" else next(
-            (r for r in ordered if r is not f and id(r) not in folded and r.severity == "error"
-             and _same_start(r, f, ctx)
-             and (f.rule.id in r.rule.explains or (r.rule.id == f.rule.id and r.line < f.line))), None)
+            (r for j, r in enumerate(ordered) if j != i and id(r) not in folded and r.severity == "error"
+             and _same_start(r, f, ctx) and (f.rule.id in r.rule.explains or (r.rule.id == f.rule.id and j < i))),
+            None)
         if root is None:
             out.append(f)
             continue
@@ -471,7 +471,7 @@ def _fold_into(root: Finding, other: Finding) -> None:
     root.end_line = max(root.end_line, other.line)
     root.occurrences += other.occurrences
     if other.rule.id != root.rule.id:
-        root.facts.setdefault("also_reported_as", []).append(f"{other.rule.id} (line {other.line})")
+        root.facts.setdefault("also_reported_as", []).append(other.rule.id)
         root.advice += (f"\nThe {other.rule.id} error at line {other.line} is this failure reported again: it "
                         "goes away with it.")
 
