@@ -105,15 +105,19 @@ cmd_run() {
     "$bin" check --format markdown --exit-zero "${extra[@]}" -- "${logs[@]}" >> "$GITHUB_STEP_SUMMARY" || true
   fi
 
-  # 3. outputs: counts by level, read back from the SARIF file
+  # 3. outputs: counts by severity, read back from the SARIF file: each input's summary, the counts the text,
+  #    JSON and Markdown reports print (the start-up figures are context, not a finding, so they are not counted)
   local python=python3
   [[ -x "$(dirname "$bin")/python" ]] && python="$(dirname "$bin")/python"
   local counts
   counts=$("$python" - "$sarif" <<'PY'
 import json, sys
-results = json.load(open(sys.argv[1], encoding="utf-8"))["runs"][0]["results"]
-levels = [r.get("level", "warning") for r in results]
-print(len(results), levels.count("error"), levels.count("warning"), levels.count("note"))
+run = json.load(open(sys.argv[1], encoding="utf-8"))["runs"][0]
+total = {"error": 0, "warning": 0, "info": 0}
+for doc in (run.get("properties") or {}).get("inputs") or []:
+    for level, n in (doc.get("summary") or {}).items():
+        total[level] = total.get(level, 0) + int(n)
+print(sum(total.values()), total["error"], total["warning"], total["info"])
 PY
   ) || fail "could not read the SARIF file $sarif"
   local findings errors warnings notes

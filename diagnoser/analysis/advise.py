@@ -265,6 +265,14 @@ def command_settings(ctx: Context) -> dict[str, Any]:
     return settings
 
 
+#: why a finding shows no command: its fix is not a flag (a token, a driver, a file) ...
+NOT_A_FLAG_FIX = "no command is suggested: the fix is not a change to the command line"
+#: ... or its flag's value needs a number the log does not print
+NO_VALUE = "no command is suggested: the log does not print the numbers that size the flag's value (see above)"
+#: advice that spells a whole command itself (`vllm serve ...`, `python -m vllm...`): no note is needed
+COMMAND_IN_ADVICE = re.compile(r"`(?:vllm serve|python -m vllm)\b")
+
+
 def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str | None, str | None, list[str]]:
     """The corrected `vllm serve` command, its Python LLM(...) spelling, and notes on what was left out.
 
@@ -287,7 +295,7 @@ def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str | None
         else:
             settings[key] = serve_args.number_or_text(value)
     if ctx.model and settings == before and not env:
-        return None, None, ["no command is suggested: the fix is not a change to the command line"]
+        return None, None, [NOT_A_FLAG_FIX]
     cmd = serve_args.render_serve(ctx.model, settings, ctx.version, env)
     py = serve_args.render_llm(ctx.model, settings, ctx.version)
     return cmd.text, py.text, cmd.notes + py.notes
@@ -336,7 +344,7 @@ class Advisor:
                 finding.severity = "info"
                 finding.facts["recovered_at"] = ctx.ready_line
             found.append(finding)
-        kept = _ranked(found)
+        kept = _ranked(_one_cause(found, ctx))
         for finding in kept:  # only what is reported: a log of distinct fallback groups renders one advice
             self._render(finding, ctx, ctx_dict)
         return kept
@@ -375,6 +383,11 @@ class Advisor:
             finding.command, finding.python, finding.command_notes = build_command(ctx, fixes)
         names["command"] = finding.command or ""
         finding.advice = self._text(rule.advice, names, rule)
+        if NOT_A_FLAG_FIX in finding.command_notes:
+            notes = [n for n in finding.command_notes if n != NOT_A_FLAG_FIX]
+            if not COMMAND_IN_ADVICE.search(finding.advice):
+                notes.insert(0, NO_VALUE if any(fx.flag for fx in rule.fixes) else NOT_A_FLAG_FIX)
+            finding.command_notes = notes
         if finding.facts.get("recovered_at"):
             finding.advice = (f"Not a failure: the start-up completed after this (ready at line "
                               f"{finding.facts['recovered_at']}), so vLLM recovered from it (a retry or a "
@@ -392,6 +405,8 @@ class Advisor:
         out: dict[str, Any] = {"flag": flag, "value": value, "reason": self._text(fix.reason, names, None)}
         if fix.env:
             out["env"] = fix.env
+        if fix.diagnostic:
+            out["diagnostic"] = True
         return out
 
     def _text(self, source: str, names: dict[str, Any], rule: Rule | None) -> str:
@@ -423,6 +438,44 @@ def _staged_hit(group: list[Hit], specific: list[Hit], anchor: Hit) -> Hit:
     if anchor.stage is not None:
         return anchor
     return next((h for h in (specific or group) if h.stage is not None), anchor)
+
+
+def _one_cause(found: list[Finding], ctx: Context) -> list[Finding]:
+    """One failure, one error: within one start-up, a rule's later errors (the same segment again, a second
+    library with the same bad build) and the errors of rules its rule `explains` (NCCL's "unhandled system
+    error" after a failed /dev/shm segment) become evidence of the first error, not errors of their own."""
+    out: list[Finding] = []
+    folded: set[int] = set()
+    ordered = sorted(found, key=lambda f: f.line)
+    for i, f in enumerate(ordered):
+        root = None if f.severity != "error" else next(
+            (r for j, r in enumerate(ordered) if j != i and id(r) not in folded and r.severity == "error"
+             and _same_start(r, f, ctx) and (f.rule.id in r.rule.explains or (r.rule.id == f.rule.id and j < i))),
+            None)
+        if root is None:
+            out.append(f)
+            continue
+        folded.add(id(f))
+        _fold_into(root, f)
+    return [f for f in out if id(f) not in folded]
+
+
+def _same_start(a: Finding, b: Finding, ctx: Context) -> bool:
+    """Whether two findings are of one start-up: none became ready between them."""
+    ready = ctx.ready_line
+    return ready is None or (a.line < ready) == (b.line < ready)
+
+
+def _fold_into(root: Finding, other: Finding) -> None:
+    """`other` as evidence of `root`: its first line, its count, and (another rule's) a sentence naming it."""
+    lines = [ln for ln in other.evidence[:1] if all(ln.number != e.number for e in root.evidence)]
+    root.evidence = sorted([*root.evidence[:MAX_EVIDENCE - len(lines)], *lines], key=lambda line: line.number)
+    root.end_line = max(root.end_line, other.line)
+    root.occurrences += other.occurrences
+    if other.rule.id != root.rule.id:
+        root.facts.setdefault("also_reported_as", []).append(other.rule.id)
+        root.advice += (f"\nThe {other.rule.id} error at line {other.line} is this failure reported again: it "
+                        "goes away with it.")
 
 
 def _ranked(found: list[Finding]) -> list[Finding]:
@@ -457,7 +510,8 @@ def _take_cause(finding: Finding, hits: list[Hit], ctx: Context) -> None:
     first = next(h for h in before if (h.facts.get("exception"), h.facts.get("message")) == key)
     finding.facts["cause"] = f"{key[0]}: {key[1]}" if key[0] else str(key[1])
     finding.facts["cause_line"] = first.line.number
-    finding.evidence = [first.line, *[e for e in finding.evidence if e is not first.line]][:MAX_EVIDENCE]
+    finding.evidence = sorted([first.line, *[e for e in finding.evidence if e is not first.line]][:MAX_EVIDENCE],
+                              key=lambda line: line.number)
 
 
 def _recovered(finding: Finding, ctx: Context) -> bool:
@@ -469,7 +523,12 @@ def _recovered(finding: Finding, ctx: Context) -> bool:
 
 
 def _evidence(group: list[Hit]) -> list[Line]:
-    """A few distinct lines: the first occurrence's window, then other ranks' first lines."""
+    """A few distinct lines (the first occurrence's window, then other ranks' first lines), in log order."""
+    return sorted(_first_lines(group), key=lambda line: line.number)
+
+
+def _first_lines(group: list[Hit]) -> list[Line]:
+    """The evidence lines in the order they are chosen."""
     seen: set[str] = set()
     out: list[Line] = []
     for h in group:

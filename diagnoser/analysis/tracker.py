@@ -283,6 +283,10 @@ def landmark_keywords() -> list[str]:
     return [*words, TRACEBACK_START, 'File "', "Error", "Exception", "Value error,"]
 
 
+#: a worker's tensor-parallel rank in its process tag: `VllmWorker TP1`, `Worker_TP1`, `Worker_DP0_TP1`
+TP_TAG = re.compile(r"(?:\b|_)TP(\d+)\b")
+
+
 @dataclass
 class _Proc:
     in_traceback: bool = False
@@ -326,6 +330,8 @@ class Tracker:
         self._index = KeywordIndex([k.lower() for k in m.keywords] for m in self._marks)
         self._shapes = ShapeCache(self._index)
         self._nondefault_seen = False
+        self._worker_pids: set[int | None] = set()  # V0's (VllmWorkerProcess pid=N): one per extra rank
+        self._tp_from_tags = False
 
     def observe(self, line: Line) -> str | None:
         """Update stage and context from one line; return the fine stage that applies to it."""
@@ -334,6 +340,8 @@ class Tracker:
         proc = self._procs.get(key)
         if proc is None:
             proc = self._procs[key] = _Proc()
+            if line.process:
+                self._worker_tag(line.process, line.pid)
         stripped = text.lstrip()
         if stripped.startswith(TRACEBACK_START):
             proc.restart()
@@ -377,6 +385,24 @@ class Tracker:
         if proc.expect_code and stripped and proc.frames:
             proc.add_code(stripped)
         return self._here(proc)
+
+    def _worker_tag(self, process: str, pid: int | None) -> None:
+        """A worker's process tag shows tensor parallelism when no args line said it: `VllmWorker TP1`,
+        `Worker_TP3` (V1) -> at least rank + 1; each V0 `VllmWorkerProcess` pid is one rank beside the driver."""
+        m = TP_TAG.search(process)
+        if m:
+            size = int(m.group(1)) + 1
+        elif process.startswith("VllmWorkerProcess"):
+            self._worker_pids.add(pid)
+            size = len(self._worker_pids) + 1
+        else:
+            return
+        ctx = self.context
+        if (ctx.pipeline_parallel_size or 1) > 1:
+            return  # V0's worker processes are TP x PP ranks: the split is not known
+        if ctx.tensor_parallel_size is None or (self._tp_from_tags and size > ctx.tensor_parallel_size):
+            ctx.tensor_parallel_size = size
+            self._tp_from_tags = True
 
     def _here(self, proc: _Proc) -> str | None:
         """The stage of a process's current line: its traceback's frames, else the last landmark.

@@ -130,12 +130,15 @@ def _say(hit: Any) -> None:
 
 def _render_options(config_file: str | None, fail_on: str, color: bool | None, plain: bool,
                     **extra: Any) -> dict[str, Any]:
-    """The renderers' options; `plain`: no colour unless --color asked for it (a file, or stdout carrying --tee)."""
+    """The renderers' options; `plain`: no colour unless --color asked for it, and no terminal width (a file, or
+    stdout carrying --tee)."""
     opts: dict[str, Any] = {"config_file": config_file, "fail_on": fail_on, **extra}
     if color is not None:
         opts["color"] = color
     elif plain:
         opts["color"] = False
+    if plain:
+        opts["width"] = 0
     return opts
 
 
@@ -161,6 +164,9 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
         click.echo("vllm-doctor: warning: --no-redact: secrets in the log will appear in the output", err=True)
     fmt = pick_format(fmt)
     _filter_output(fmt, no_redact)
+    if with_series and fmt != "json":
+        click.echo(f"vllm-doctor: note: --series adds the serving time series to --format json only; the {fmt} "
+                   "report shows it its own way (text: sparklines, html: charts)", err=True)
     if tee or follow or until or timeout is not None or command:
         return _run_live(files, fmt, fail_on, exit_zero, rules, no_redact, color, config_file, output, tee, follow,
                          until, timeout, update_every, command, kill_on_failure, copy)
@@ -236,6 +242,9 @@ def _run_live(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, r
     """run_diagnosis for the live modes (--tee, --follow, --until, --timeout, `run`): one input, read as it grows."""
     from diagnoser.live.watch import LiveOptions, run_live
 
+    if follow and command:
+        raise click.UsageError(f"run reads the output of the command it starts, so --follow {follow} has nothing to "
+                               f"do: drop --follow, or follow the file with `vllm-doctor diagnose --follow {follow}`")
     if len(files) > 1 or (files and (follow or command)):
         raise click.UsageError("live modes read one input: a FILE, --follow FILE, stdin or `run -- CMD`")
     if follow:

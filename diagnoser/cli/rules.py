@@ -23,9 +23,9 @@ if TYPE_CHECKING:
               help="Run the cases of the rules in this file or folder (repeatable): exit 1 if one fails.")
 def rules_cmd(fmt: str, rule_paths: tuple[str, ...], test_paths: tuple[str, ...]) -> None:
     """List the rules: id, severity, stage, title (or, with --test, run a rule pack's cases)."""
-    rules = sorted(rules_with(rule_paths + test_paths), key=lambda r: r.id)
     if test_paths:
-        sys.exit(_test_rules(rules, test_paths))
+        sys.exit(_test_rules(_pack_rules(rule_paths, test_paths), test_paths))
+    rules = sorted(rules_with(rule_paths), key=lambda r: r.id)
     if fmt == "json":
         import json
 
@@ -35,6 +35,22 @@ def rules_cmd(fmt: str, rule_paths: tuple[str, ...], test_paths: tuple[str, ...]
     width = max(len(r.id) for r in rules)
     for r in rules:
         click.echo(f"{r.id:<{width}}  {r.severity:<7}  {(r.stage or 'any'):<7}  {r.title}")
+
+
+def _pack_rules(rule_paths: tuple[str, ...], test_paths: tuple[str, ...]) -> list[Rule]:
+    """The rules a pack's cases run against: the pack's own in place of shipped ones of the same id (a copy of
+    the shipped folder, or a fork of one rule, tests itself), with a note naming what it shadows."""
+    from diagnoser.rules.loader import RuleError, load_pack
+
+    try:
+        rules, shadowed = load_pack(tuple(Path(p) for p in test_paths), tuple(Path(p) for p in rule_paths))
+    except RuleError as exc:
+        raise click.UsageError(str(exc)) from None
+    if shadowed:
+        named = ", ".join(shadowed[:5]) + (f" and {len(shadowed) - 5} more" if len(shadowed) > 5 else "")
+        click.echo(f"vllm-doctor: note: the pack's rules shadow {len(shadowed)} shipped rule(s) of the same id "
+                   f"while testing: {named}", err=True)
+    return sorted(rules, key=lambda r: r.id)
 
 
 def _test_rules(rules: list[Rule], test_paths: tuple[str, ...]) -> int:
@@ -67,7 +83,7 @@ def explain_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     """Print a rule's page: what it means, why it happens, how the fix is computed (or `compare`'s, `scan`'s,
     `plan`'s)."""
     rules = {r.id: r for r in rules_with(rule_paths)}
-    rule = rules.get(rule_id)
+    rule = rules.get(rule_id) or rules.get(rule_id.strip().lower())
     command = click.get_current_context().find_root().command
     if rule is None and rule_id in ("compare", "scan", "plan") and isinstance(command, click.Group):
         # a command's page: its help (what it reads, prints, and its exit codes)
@@ -79,8 +95,10 @@ def explain_cmd(rule_id: str, rule_paths: tuple[str, ...]) -> None:
     if rule is None:
         from rapidfuzz import process
 
-        guess = process.extractOne(rule_id, list(rules))
-        hint = f" Did you mean {guess[0]!r}?" if guess and guess[1] >= 60 else ""
+        wanted = rule_id.strip().lower()
+        close = [r for r in rules if wanted in r] or [
+            g[0] for g in process.extract(wanted, list(rules), limit=4, score_cutoff=60)]
+        hint = f" Did you mean {', '.join(repr(c) for c in close[:6])}?" if close else ""
         raise click.UsageError(f"unknown rule {rule_id!r}.{hint} `vllm-doctor rules` lists them.")
     click.echo(f"{rule.id}  ({rule.severity}, stage: {rule.stage or 'from the log'})")
     click.echo(rule.title)

@@ -22,6 +22,7 @@ def run_cmd(command: tuple[str, ...], kill_on_failure: bool, **kwargs: Any) -> N
 
     \b
       vllm-doctor run --tee --until ready --timeout 900 -- vllm serve meta-llama/Llama-3.1-8B-Instruct
+
     Signals are forwarded to the command. 0 ready / exited cleanly, 1 failure, 3 timeout.
     """
     sys.exit(run_diagnosis(files=(), command=list(command), kill_on_failure=kill_on_failure, **kwargs))

@@ -30,7 +30,7 @@ def _gate(before: Start, after: Start, max_kv_loss: float) -> tuple[bool, str | 
     if tb and ta is not None and tb > 0:
         loss = max(0.0, 1 - ta / tb)
     if after.failed:
-        return True, f"{after.label} failed to start ({after.failure})", loss
+        return True, f"{after.label} {after.outcome}", loss
     if loss is not None and loss > max_kv_loss:
         return True, f"{after.label} lost {loss:.0%} of the KV tokens (more than --max-kv-loss {max_kv_loss:.0%})", loss
     return False, None, loss

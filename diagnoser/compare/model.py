@@ -68,6 +68,18 @@ class Start:
     arch: Any = None
     #: the log printed no version: `version` is a stand-in and its defaults are not evidence
     assumed_version: bool = False
+    #: a failure after the server was up: where it happened ('10-20 22:27:44, line 59'); empty for a failed start
+    failed_serving: str = ""
+
+    @property
+    def outcome(self) -> str:
+        """How the start ended, for sentences: 'failed to start (kv-cache-too-small)', or for a server that came
+        up and died later 'started, then failed while serving at 10-20 22:27:44, line 59 (engine-dead)'."""
+        if not self.failed:
+            return "started"
+        if self.failed_serving:
+            return f"started, then failed while serving at {self.failed_serving} ({self.failure})"
+        return f"failed to start ({self.failure})"
 
     @property
     def label(self) -> str:
@@ -87,6 +99,7 @@ class Start:
             "estimated": sorted(k for k, f in self.budget.items() if f.estimated and f.value is not None),
             "derived": sorted(k for k, f in self.budget.items() if f.source == "derived" and f.value is not None),
             "settings": self.settings, "failed": self.failed, "failure": self.failure,
+            "failed_while_serving": bool(self.failed_serving),
             "vllm_version": None if self.assumed_version else rel.version_str(self.version), "engine": self.engine,
         }
 

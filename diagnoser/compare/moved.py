@@ -135,7 +135,7 @@ def _summary_tail(before: Start, after: Start) -> str:
     without a version, different models."""
     tail = ""
     if after.failed:
-        tail = f"; {after.label} failed to start ({after.failure})"
+        tail = f"; {after.label} {after.outcome}"
     gb, ga = before.get("cuda_graph_gib"), after.get("cuda_graph_gib")
     if gb is not None and ga is not None and ga - gb >= 0.25 and not after.settings["cuda_graphs_in_budget"]["value"]:
         tail += (f"; CUDA graphs took {signed(ga - gb)} more at capture, outside the budget (that much more must be "

@@ -29,6 +29,15 @@ def _failure(findings: list[Finding]) -> tuple[bool, str | None, dict[str, Any]]
     return True, errors[0].rule.id, errors[0].facts
 
 
+def _serving_failure(findings: list[Finding]) -> str:
+    """Where the first error happened when it was while serving ('10-20 22:27:44, line 59'); '' otherwise."""
+    first = next((f for f in findings if f.severity == "error"), None)
+    if first is None or first.stage != "serving":
+        return ""
+    when = first.facts.get("first_time")
+    return f"{when}, line {first.line}" if when else f"line {first.line}"
+
+
 def _arch_for(model: str | None) -> Any:
     """The model's architecture when the planner knows it (a bundled preset or a config.json); else None."""
     if not model:
@@ -79,6 +88,7 @@ def start_from_report(report: Report, gpu_total_gib: float | None = None, gpu_na
     put("request_kv_gib", facts.get("required_gib"))
     put("max_concurrency", ctx.max_concurrency)
     return Start(input=report.path, version=version, engine=engine, failed=failed, failure=failure, budget=b,
+                 failed_serving=_serving_failure(report.findings),
                  settings={}, context=ctx, model=ctx.model, gpu_name=ctx.gpu_name or gpu_name,
                  arch=_arch_for(ctx.model), assumed_version=assumed)
 

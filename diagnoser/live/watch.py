@@ -148,7 +148,7 @@ class Feed:
         self.poll = poll
         self.tee_fd = tee_fd
         self.last_data = time.monotonic()
-        self.eof = False
+        self.eof, self.newlines, self.partial = False, 0, False  # lines delivered: the reader counts at its end
 
     def read1(self, size: int = BLOCK) -> bytes:
         while True:
@@ -160,6 +160,7 @@ class Feed:
                 write_all(self.tee_fd, data)
             self.last_data = time.monotonic()
             if data:
+                self.newlines, self.partial = self.newlines + data.count(b"\n"), not data.endswith(b"\n")
                 self.tick(False)
             else:
                 self.eof = True
@@ -242,6 +243,7 @@ class Watch:
                 self._after_line(line)
         except Stop as stop:
             verdict = stop.verdict
+        self.stats.lines = self.stats.lines or self.feed.newlines + self.feed.partial  # a reader stopped early
         if self.tee is not None and self.feed.eof:
             self.tee.finish()
         return self._verdict(verdict)

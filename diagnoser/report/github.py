@@ -100,7 +100,7 @@ def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:
         head = (f"vllm-doctor: {relative_path(r.path)}: {c['error']} error(s), {c['warning']} warning(s), "
                 f"{c['info']} info")
         out.append(workflow_command("group", None, head))
-        out.extend(fenced(no_commands(text.render([r], {"color": False}).rstrip("\n"))))
+        out.extend(fenced(no_commands(text.render([r], {"color": False, "width": 0}).rstrip("\n"))))
         out.append("::endgroup::")
     for r in reports:
         for f in r.findings:

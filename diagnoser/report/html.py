@@ -28,13 +28,13 @@ STYLE = """
 --c4:#ce93d8;--c5:#ffb74d}}
 *{box-sizing:border-box}body{margin:0;background:var(--bg);color:var(--fg);
 font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
-main{max-width:960px;margin:0 auto;padding:16px}h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;
+main{max-width:1600px;margin:0 auto;padding:16px 24px}h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;
 margin:1.4em 0 .5em;border-bottom:1px solid var(--line);padding-bottom:.2em}h3{font-size:1em;margin:.4em 0}
 .card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 14px;margin:10px 0}
 .verdict{border-left:6px solid var(--mut)}.verdict.error{border-left-color:var(--err)}
 .verdict.warning{border-left-color:var(--warn)}.verdict.info{border-left-color:var(--info)}
 .sev{font-weight:700;text-transform:uppercase;font-size:.8em;letter-spacing:.04em}
-.sev.error{color:var(--err)}.sev.warning{color:var(--warn)}.sev.info{color:var(--info)}
+.sev.error{color:var(--err)}.sev.warning{color:var(--warn)}.sev.info{color:var(--info)}.sev.context{color:var(--mut)}
 code,pre{font:13px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 pre{white-space:pre-wrap;word-break:break-word;margin:.4em 0}.cmd{display:flex;gap:8px;align-items:flex-start}
 .cmd pre{flex:1;background:var(--bg);border:1px solid var(--line);border-radius:6px;padding:8px}
@@ -48,6 +48,13 @@ svg text{fill:var(--mut);font:11px system-ui,sans-serif}svg .title{fill:var(--fg
 .muted{color:var(--mut)}table.wide th{width:auto}.num{text-align:right;white-space:nowrap}
 .wrap{overflow-x:auto}
 td.meter{width:30%;min-width:60px}td.meter span{display:block;height:10px;border-radius:2px;background:var(--c1)}
+dl.context{display:flex;flex-wrap:wrap;gap:4px 22px;margin:.4em 0 .8em}dl.context div{display:flex;gap:6px}
+dl.context dt{color:var(--mut)}dl.context dd{margin:0;font-weight:600}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,640px),1fr));gap:0 14px}
+.charts>.card{margin:6px 0}ul.advice{margin:.3em 0 .6em;padding-left:1.4em}ul.advice li{margin:.15em 0}
+.death{stroke:var(--err);stroke-width:2;stroke-dasharray:5 3}.burst{fill:var(--sat);stroke:var(--err);stroke-opacity:.5}
+span.sw.burst{background:var(--sat);border:1px solid var(--err)}.budget svg{max-width:1100px}
+@media (min-width:1200px){.findings{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:0 14px}}
 @media (max-width:600px){main{padding:10px}.cmd{flex-direction:column}th{width:auto}}
 """
 
@@ -100,10 +107,15 @@ def _tick(v: float) -> str:
     return f"{v:,.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
 
 
+#: a vertical mark on the time charts: (t, caption), e.g. where the engine died
+Marker = tuple[float, str]
+
+
 def timeline(title: str, unit: str, series: list[tuple[str, list[tuple[float, float, float]], str]],
              t0: float, t1: float, shade: list[tuple[float, float]], labels: tuple[str, str], ymax: float | None,
-             cid: str) -> str:
-    """One chart: lines of (t, mean, max) per series on the shared time axis, saturation windows shaded."""
+             cid: str, bursts: list[tuple[float, float]] | None = None, markers: list[Marker] | None = None) -> str:
+    """One chart: lines of (t, mean, max) per series on the shared time axis, saturation windows shaded,
+    `bursts` (error-burst windows) shaded and outlined, `markers` drawn as dashed vertical lines."""
     span = max(t1 - t0, 1e-9)
     top = ymax or _nice_max(max((p[2] for _, pts, _ in series for p in pts), default=1.0) * 1.05)
     iw, ih = W - PAD_L - PAD_R, H - PAD_T - PAD_B
@@ -125,6 +137,14 @@ def timeline(title: str, unit: str, series: list[tuple[str, list[tuple[float, fl
         a, b = x(max(xa, t0)), x(min(xb, t1))
         parts.append(f'<rect class="sat" x="{a:.1f}" y="{PAD_T}" width="{max(b - a, 2):.1f}" height="{ih}">'
                      f'<title>saturated</title></rect>')
+    for xa, xb in bursts or []:
+        a, b = x(max(xa, t0)), x(min(xb, t1))
+        parts.append(f'<rect class="burst" x="{a:.1f}" y="{PAD_T}" width="{max(b - a, 2):.1f}" height="{ih}">'
+                     f'<title>failed requests (5xx, 429)</title></rect>')
+    shown = [(t, caption) for t, caption in markers or [] if t0 <= t <= t1 + 1e-6]
+    for t, caption in shown:
+        parts.append(f'<line class="death" x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{PAD_T - 4}" y2="{PAD_T + ih}">'
+                     f'<title>{_e(caption)}</title></line>')
     for i in range(5):
         v = top * i / 4
         yy = y(v)
@@ -147,8 +167,11 @@ def timeline(title: str, unit: str, series: list[tuple[str, list[tuple[float, fl
     parts.append("</svg>")
     legend = "".join(f'<span class="sw" style="background:var({c})"></span>{_e(lb)} (mean; faint: max)'
                      for lb, pts, c in series if pts)
-    return "".join(parts) + f'<div class="legend">{legend}<span class="sw sat" ' \
-                            f'style="background:var(--sat)"></span>saturated</div>'
+    legend += '<span class="sw sat" style="background:var(--sat)"></span>saturated'
+    if bursts:
+        legend += '<span class="sw burst"></span>failing requests'
+    legend += "".join(f'<span class="sw" style="background:var(--err)"></span>{_e(caption)}' for _, caption in shown)
+    return "".join(parts) + f'<div class="legend">{legend}</div>'
 
 
 #: one budget segment: (label, GiB, colour variable, estimated)
@@ -291,6 +314,30 @@ def page(title: str, body: str) -> str:
             f"</main><script>{SCRIPT}</script></body></html>\n")
 
 
+def _death(r: Report) -> tuple[str, int, str] | None:
+    """Where a serving server failed: (log time, line, caption), from the engine-dead finding or else the first
+    error while serving; None when it did not fail while serving (or the log has no time for it)."""
+    serving = [f for f in r.findings if f.severity == "error" and f.stage == "serving" and f.facts.get("first_time")]
+    dead = next((f for f in serving if f.rule.id == "engine-dead"), serving[0] if serving else None)
+    if dead is None:
+        return None
+    what = "engine died" if dead.rule.id == "engine-dead" else dead.rule.id
+    return str(dead.facts["first_time"]), dead.line, f"{what} at {dead.facts['first_time']} (line {dead.line})"
+
+
+def _at(r: Report, label: str) -> float | None:
+    """A log time ('MM-DD HH:MM:SS') on the series' time axis (seconds after its last point's time)."""
+    from diagnoser.rules.functions import seconds_between
+
+    s = r.series
+    last = max((t.last_t for t in s.tracks.values() if t.last_t is not None), default=None) if s else None
+    if last is None:
+        return None
+    ahead = seconds_between(s.clock.label(last), label)
+    behind = seconds_between(label, s.clock.label(last))
+    return last + ahead if ahead is not None else (last - behind if behind is not None else None)
+
+
 def _series_charts(r: Report) -> str:
     s = r.series
     if s is None:
@@ -299,6 +346,11 @@ def _series_charts(r: Report) -> str:
     t0 = min((t.first_t for _, t in tracks if t.first_t is not None), default=0.0)
     t1 = max((t.last_t for _, t in tracks if t.last_t is not None), default=1.0)
     shade = [(w.start - w.step, w.end) for w in s.windows("saturation")]
+    bursts = [(w.start - w.step, w.end) for w in s.windows("error-burst")]
+    death = _death(r)
+    at = _at(r, death[0]) if death else None
+    markers = [(at, death[2])] if death and at is not None else []
+    t1 = max(t1, at) if at is not None else t1
     labels = (s.clock.label(t0), s.clock.label(t1))
     out = []
     for i, (title, unit, fields, ymax) in enumerate(TIMELINES):
@@ -313,61 +365,149 @@ def _series_charts(r: Report) -> str:
                 lines.append((lab, pts, colour if idx == 0 else OTHER_ENGINE.get(colour, colour)))
         if not lines:
             continue
-        out.append(f'<div class="card">{timeline(title, unit, lines, t0, t1, shade, labels, ymax, f"c{i}")}</div>')
+        chart = timeline(title, unit, lines, t0, t1, shade, labels, ymax, f"c{i}", bursts, markers)
+        out.append(f'<div class="card">{chart}</div>')
     source = "Prometheus /metrics scrapes" if s.source == "metrics" else "the stats lines"
     head = (f'<p class="muted">From {_e(source)}: '
             f'{_e(labels[0])} to {_e(labels[1])}, {len(tracks)} engine(s), '
             f'{sum(t.points for _, t in tracks):,} points (charts show at most '
             f'{max(t.buckets.capacity for _, t in tracks)} per engine; windows are exact).</p>')
-    return "<h2>Serving over time</h2>" + head + "".join(out)
+    return "<h2>Serving over time</h2>" + head + '<div class="charts">' + "".join(out) + "</div>"
+
+
+def advice_html(text: str) -> str:
+    """Advice text as HTML: paragraphs, and each run of '- ' lines as one bulleted list."""
+    out: list[str] = []
+    items: list[str] = []
+    para: list[str] = []
+
+    def flush() -> None:
+        if para:
+            out.append(f'<div class="advice">{_e(chr(10).join(para))}</div>')
+            para.clear()
+        if items:
+            out.append('<ul class="advice">' + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>")
+            items.clear()
+
+    for line in text.splitlines():
+        if line.startswith("- "):
+            if para:
+                flush()
+            items.append(line[2:])
+        elif not line.strip():
+            flush()
+        else:
+            if items:
+                flush()
+            para.append(line)
+    flush()
+    return "".join(out)
+
+
+#: a finding's windows table: (column head, window key) by the kind of window
+WINDOW_COLUMNS = (("start", "start"), ("end", "end"), ("s", "seconds"), ("peak KV %", "peak_kv_usage_pct"),
+                  ("max waiting", "max_waiting"), ("preemptions", "preemptions"))
+
+
+def _windows_table(windows: list[dict[str, Any]]) -> str:
+    """The windows of a finding: status codes and counts for failed-request bursts, else KV and queue."""
+    if not windows:
+        return ""
+    if any("status_codes" in w for w in windows):
+        codes = sorted({c for w in windows for c in (w.get("status_codes") or {})})
+        heads = ["start", "end", "s", "requests", "failed", *codes]
+        rows = [[str(w.get("start", "")), str(w.get("end", "")), str(w.get("seconds", "")),
+                 _fmt(w.get("requests", "")), _fmt(w.get("errors", "")),
+                 *(_fmt((w.get("status_codes") or {}).get(c, 0)) for c in codes)] for w in windows[:20]]
+    else:
+        heads = [h for h, _ in WINDOW_COLUMNS]
+        rows = [[str(w.get(k, "")) for _, k in WINDOW_COLUMNS] for w in windows[:20]]
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return (f'<h3>Windows ({len(windows)})</h3><table><tr>' + "".join(f"<th>{_e(h)}</th>" for h in heads)
+            + f"</tr>{body}</table>")
 
 
 def _finding(f: Any, i: int, rid: str = "") -> str:
     d = finding_dict(f)
     facts = {k: v for k, v in d["facts"].items() if not isinstance(v, (list, dict))}
     rows = table([(k, _fmt(v)) for k, v in facts.items()])
-    windows = d["facts"].get("windows") or []
-    wrows = "".join("<tr>" + "".join(f"<td>{_e(w.get(k, ''))}</td>" for k in
-                                     ("start", "end", "seconds", "peak_kv_usage_pct", "max_waiting", "preemptions"))
-                    + "</tr>" for w in windows[:20])
-    wtable = (f'<h3>Windows ({len(windows)})</h3><table><tr><th>start</th><th>end</th><th>s</th><th>peak KV %</th>'
-              f'<th>max waiting</th><th>preemptions</th></tr>{wrows}</table>') if windows else ""
-    ev = "".join(f"<pre class=\"ev\">{ln['line']:>6} | {_e(ln['text'][:400])}</pre>" for ln in d["evidence"])
+    wtable = _windows_table(d["facts"].get("windows") or [])
+    ev = "".join(f"<pre class=\"ev\">{ln['line']:>6} | {_e(ln['text'][:400])}</pre>"
+                 for ln in sorted(d["evidence"], key=lambda e: e["line"]))
     cmd = ""
     if d["command"]:
         cmd = copy_block(f"{rid}cmd-{i}", d["command"])
-    return (f'<div class="card finding" id="f-{i}">'
-            + finding_head(d["severity"], d["rule"], d["title"],
+    label = "context" if f.rule.context else d["severity"]
+    return (f'<div class="card finding" id="{rid}f-{i}">'
+            + finding_head(label, d["rule"], d["title"],
                            f'stage {d["stage"]}, line {d["line"]}, seen {d["occurrences"]} time(s)') +
-            f'<div class="advice">{_e(d["advice"])}</div>{cmd}{wtable}<h3>Evidence</h3>{ev}'
+            f'{advice_html(d["advice"])}{cmd}{wtable}<h3>Evidence</h3>{ev}'
             f'<details><summary>Numbers</summary>{rows}</details></div>')
+
+
+def _served(r: Report) -> list[tuple[str, str]]:
+    """Request totals and uptime, from the serving series and the ready time."""
+    from diagnoser.rules.functions import duration, seconds_between
+
+    out: list[tuple[str, str]] = []
+    s = r.series
+    if s is not None and s.tracks:
+        def total(name: str) -> float:
+            return sum(b["f"][name][2] for t in s.tracks.values() for b in t.buckets.items if name in b["f"])
+
+        requests, failed = total("requests"), total("errors")
+        if requests:
+            out.append(("requests", f"{requests:,.0f} ({failed:,.0f} failed: 5xx, 429)"))
+        last = max((t.last_t for t in s.tracks.values() if t.last_t is not None), default=None)
+        death = _death(r)
+        end = death[0] if death else (s.clock.label(last) if last is not None else None)
+        ready = r.context.ready_time
+        up = seconds_between(ready, end) if ready and end else None
+        if up is not None:
+            out.append(("uptime", f"{duration(up)}" + (", until the engine died" if death else f", to {end}")))
+    return out
+
+
+def _context_list(r: Report) -> str:
+    """The deployment at a glance, at the top: release, model, GPU, TP and the serving totals."""
+    ctx = r.context.as_dict()
+    wanted = ("version", "engine", "model", "gpu_name", "gpu_total_gib", "tensor_parallel_size",
+              "max_model_len", "gpu_memory_utilization", "quantization", "kv_cache_dtype")
+    labels = dict(CONTEXT_KEYS)
+    rows = [(labels.get(k, k), _fmt(ctx[k])) for k in wanted if k in ctx] + _served(r)
+    if not rows:
+        return ""
+    return '<dl class="context">' + "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in rows) + "</dl>"
 
 
 def _report(r: Report, rid: str = "") -> str:
     """One input's page section; `rid` prefixes element ids when one page holds several inputs."""
     ctx = r.context.as_dict()
     out = [f"<h1>vllm-doctor: {_e(r.path)}</h1>",
-           f'<p class="muted">{r.lines:,} lines, {r.bytes:,} bytes</p>']
-    if r.findings:
-        f = r.findings[0]
+           f'<p class="muted">{r.lines:,} lines, {r.bytes:,} bytes</p>', _context_list(r)]
+    problems = [f for f in r.findings if not f.rule.context]
+    if problems:
+        f = problems[0]
         d = finding_dict(f)
         first_para = d["advice"].split("\n\n")[0]
         cmd = copy_block(f"{rid}verdict-cmd", d["command"]) if d["command"] else ""
         fix = "".join(f"<li><code>{_e(x['flag'])} {_e(x['value'])}</code>: {_e(x['reason'])}</li>" for x in d["fixes"])
         out.append(f'<section class="card verdict {d["severity"]}" id="{rid}verdict">{sev_badge(d["severity"])} '
                    f'<code>{_e(d["rule"])}</code><h2 style="border:0;margin:.2em 0">'
-                   f'{_e(d["title"])}</h2><div class="advice">{_e(first_para)}</div>'
+                   f'{_e(d["title"])}</h2>{advice_html(first_para)}'
                    f'{"<ul>" + fix + "</ul>" if fix else ""}{cmd}</section>')
     else:
         out.append(f'<section class="card verdict" id="{rid}verdict"><h2 style="border:0">No problems found</h2>'
                    '</section>')
     bar = context_budget_bar(ctx)
     if bar:
-        out.append(f'<h2>Start-up memory</h2><div class="card">{bar}</div>')
+        out.append(f'<h2>Start-up memory</h2><div class="card budget">{bar}</div>')
     out.append(_series_charts(r))
     if r.findings:
-        out.append(f"<h2>Findings ({len(r.findings)})</h2>")
-        out.extend(_finding(f, i, rid) for i, f in enumerate(r.findings))
+        out.append(f"<h2>Findings ({len(problems)})</h2>" if len(problems) == len(r.findings) else
+                   f"<h2>Findings ({len(problems)}, and the start-up figures)</h2>")
+        out.append('<div class="findings">' + "".join(_finding(f, i, rid) for i, f in enumerate(r.findings))
+                   + "</div>")
     extra = [("peak_kv_usage_pct", "peak KV usage %"), ("max_running_reqs", "max running"),
              ("max_waiting_reqs", "max waiting"), ("stats_lines", "stats lines")]
     rows = [(label, _fmt(ctx[k])) for k, label in [*CONTEXT_KEYS, *extra] if k in ctx]

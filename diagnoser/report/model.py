@@ -7,6 +7,7 @@ from typing import Any
 from diagnoser import __version__
 from diagnoser.analysis.advise import Finding
 from diagnoser.analysis.pipeline import Report
+from diagnoser.report.rows import NO_VLLM
 
 SCHEMA_VERSION = 1
 TOOL = {"name": "vllm-doctor", "version": __version__}
@@ -76,4 +77,4 @@ def report_dict(r: Report, series: bool = False) -> dict[str, Any]:
 
 def no_vllm_note(r: Report) -> str:
     """What every format says about an input that holds no vLLM line at all (empty, binary, another log)."""
-    return f"no vLLM log found in {'stdin' if r.path == '-' else r.path}"
+    return f"{NO_VLLM} in {'stdin' if r.path == '-' else r.path}"

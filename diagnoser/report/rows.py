@@ -48,6 +48,15 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+#: how every format's note on an input with no vLLM line begins (report.model.no_vllm_note)
+NO_VLLM = "no vLLM log found"
+
+
+def is_not_vllm(doc: dict[str, Any]) -> bool:
+    """Whether a report document is of an input with no vLLM line at all (its note says so)."""
+    return any(str(n).startswith(NO_VLLM) for n in doc.get("notes") or ())
+
+
 def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The flat rows of one scan document (a report, or an error document)."""
     base: dict[str, Any] = dict.fromkeys(COLUMNS)
@@ -55,6 +64,8 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     base["stream"] = doc["input"].get("stream")
     if "error" in doc:
         return [{**base, "status": "error", "error": doc["error"]["message"]}]
+    if is_not_vllm(doc):
+        return [{**base, "status": "not-vllm", "lines": doc["input"].get("lines"), "bytes": doc["input"].get("bytes")}]
     ctx = doc.get("context") or {}
     summary = doc.get("summary") or {}
     base.update({

@@ -18,7 +18,7 @@ from diagnoser.report.scan_text import SHOWN, summarize
 
 #: outcome -> (label, colour variable), in bar order
 OUTCOMES = (("error", "with errors", "--err"), ("warning", "with warnings (no error)", "--warn"),
-            ("clean", "clean", "--c3"), ("unreadable", "unreadable", "--mut"))
+            ("clean", "clean", "--c3"), ("not-vllm", "not vLLM logs", "--c5"), ("unreadable", "unreadable", "--mut"))
 
 
 def _counts(title: str, head: str, counter: Counter[str], total: int) -> str:
@@ -48,7 +48,8 @@ def _bad(path: str, message: str) -> str:
 def html(s: FleetSummary) -> str:
     st = s.status
     parts: list[h.Segment] = [(label, float(st[key]), colour, False) for key, label, colour in OUTCOMES if st[key]]
-    words = ", ".join(f"{st[key]:,} {label}" for key, label, _ in OUTCOMES)
+    words = ", ".join(s.not_vllm_words("") if key == "not-vllm" else f"{st[key]:,} {label}"
+                      for key, label, _ in OUTCOMES if key != "not-vllm" or st[key])
     sev = "error" if st["error"] else "warning" if st["warning"] or st["unreadable"] else "info"
     bar = h.stacked_bar(parts, float(s.logs), "outcomes", f"{s.logs:,} logs by outcome", unit="logs", digits=0)
     out = [f"<h1>vllm-doctor scan: {s.logs:,} log(s)</h1>",

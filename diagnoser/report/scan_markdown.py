@@ -24,7 +24,7 @@ def markdown(s: FleetSummary) -> str:
     st = s.status
     out = ["## vllm-doctor scan", "",
            f"**{s.logs:,}** log(s): **{st['error']:,}** with errors, {st['warning']:,} with warnings (no error), "
-           f"{st['clean']:,} clean, {st['unreadable']:,} unreadable.", ""]
+           f"{st['clean']:,} clean{s.not_vllm_words()}, {st['unreadable']:,} unreadable.", ""]
     if s.rules:
         out += ["### Findings by rule", "", "| rule | severity | logs | what |", "|---|---|---:|---|"]
         out += [f"| {code_cell(r)} | {s.rule_severity[r]} | {n:,} | {md_cell(s.rule_title[r])} |"

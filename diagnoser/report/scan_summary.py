@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnoser.report.rows import gpu_label
+from diagnoser.report.rows import gpu_label, is_not_vllm
 
 SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}
 UNKNOWN = "(not in the log)"
@@ -57,6 +57,9 @@ class FleetSummary:
             if len(self.bad) < self.bad_kept:
                 self.bad.append((str(doc["input"]["path"]), str(doc["error"]["message"])))
             return
+        if is_not_vllm(doc):
+            self.status["not-vllm"] += 1  # a binary file, notes, another program's log: not clean, not a vLLM log
+            return
         counts = doc.get("summary") or {}
         worst = next((s for s in ("error", "warning") if counts.get(s)), None)
         self.status[worst or "clean"] += 1
@@ -85,12 +88,17 @@ class FleetSummary:
     def worst(self) -> list[Worst]:
         return [e for _, _, e in sorted(self._heap, key=lambda t: t[0], reverse=True)]
 
+    def not_vllm_words(self, sep: str = ", ") -> str:
+        """'2 not vLLM logs' / '1 not a vLLM log' after `sep`; nothing when every file was a vLLM log."""
+        n = self.status["not-vllm"]
+        return "" if not n else sep + (f"{n:,} not a vLLM log" if n == 1 else f"{n:,} not vLLM logs")
+
     def failed(self) -> int:
         return self.status["unreadable"]
 
     @property
     def readable(self) -> int:
-        return self.logs - self.status["unreadable"]
+        return self.logs - self.status["unreadable"] - self.status["not-vllm"]
 
     def breakdowns(self) -> list[tuple[str, str, Counter[str]]]:
         """The fleet's counters every summary format prints: (title, what is counted, counter)."""

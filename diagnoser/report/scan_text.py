@@ -31,7 +31,7 @@ def summarize(docs: Iterable[dict[str, Any]], opts: dict[str, Any] | None = None
 def text(s: FleetSummary) -> str:
     st = s.status
     out = [f"vllm-doctor scan: {s.logs:,} log(s): {st['error']:,} with errors, {st['warning']:,} with warnings "
-           f"(no error), {st['clean']:,} clean, {st['unreadable']:,} unreadable", ""]
+           f"(no error), {st['clean']:,} clean{s.not_vllm_words()}, {st['unreadable']:,} unreadable", ""]
     if s.rules:
         out.append("Findings by rule (logs it fired in)")
         width = max(len(r) for r in s.rules)

@@ -40,11 +40,11 @@ if TYPE_CHECKING:
 RULE_KEYS = {
     "id", "title", "severity", "stage", "fine_stage", "match", "extract", "facts", "derive", "when",
     "aggregate", "advice", "fixes", "explanation", "references", "cases", "fallback", "wrapper", "context", "catalog",
-    "overrides", "keep_when",
+    "overrides", "keep_when", "explains",
 }
 PATTERN_KEYS = {"phrase", "regex", "series", "threshold", "keywords", "generic", "stages", "catalog", "when",
                 "components"}
-FIX_KEYS = {"flag", "value", "reason", "when", "env"}
+FIX_KEYS = {"flag", "value", "reason", "when", "env", "diagnostic"}
 CASE_KEYS = {"match", "near_miss"}
 MATCH_CASE_KEYS = {"name", "text", "facts", "stage", "context", "advice_contains", "line", "finding_stage",
                    "wins_over"}
@@ -197,7 +197,7 @@ RULE_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "title": (str,), "severity": (str,), "stage": (str, list), "fine_stage": (str,), "match": (list,),
     "extract": (list,), "facts": (dict,), "derive": (dict,), "when": (str,), "aggregate": (dict,), "advice": (str,),
     "fixes": (list,), "explanation": (str,), "references": (list,), "cases": (dict,), "fallback": (bool,),
-    "wrapper": (bool,), "catalog": (list,), "overrides": (list,), "keep_when": (str,),
+    "wrapper": (bool,), "catalog": (list,), "overrides": (list,), "keep_when": (str,), "explains": (list,),
 }
 PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "phrase": (str,), "regex": (str,), "threshold": (int, float), "keywords": (list,), "generic": (bool,),
@@ -205,6 +205,7 @@ PATTERN_KEY_TYPES: dict[str, tuple[type, ...]] = {
 }
 FIX_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "flag": (str,), "value": (str, int, float, bool), "reason": (str,), "when": (str,), "env": (str,),
+    "diagnostic": (bool,),
 }
 #: A match case's keys (`facts` and `context` are mappings of any values, checked apart).
 CASE_KEY_TYPES: dict[str, tuple[type, ...]] = {
@@ -260,6 +261,7 @@ def parse_rule(data: Any, path: str, trusted: bool = False) -> Rule:
         explanation=_require(data, "explanation", str, path), references=list(data.get("references") or []),
         cases={}, fallback=bool(data.get("fallback")), path=path, catalog=list(data.get("catalog") or []),
         overrides=tuple(data.get("overrides") or ()),
+        explains=tuple(data.get("explains") or ()),
         keep_when=data.get("keep_when"), context=bool(data.get("context")), wrapper=bool(data.get("wrapper")),
     )
     produced = _check_templates(rule, env)
@@ -401,7 +403,7 @@ def _fix(item: Any, env: RuleSandbox, path: str, key: str, produced: set[str]) -
     _check_mapping(item, FIX_KEYS, path, key, "each fix is a mapping: flag, value, reason[, when]")
     _check_types(item, FIX_KEY_TYPES, path, f"{key}.")
     fix = Fix(flag=item.get("flag"), value=str(item.get("value", "")), reason=str(item.get("reason", "")),
-              when=item.get("when"), env=item.get("env"))
+              when=item.get("when"), env=item.get("env"), diagnostic=bool(item.get("diagnostic", False)))
     if not fix.flag and not fix.env:
         raise RuleError(path, f"{key}.flag", "a fix names a flag (--max-model-len) or an env variable")
     for part, source in (("flag", fix.flag or ""), ("value", fix.value), ("reason", fix.reason)):

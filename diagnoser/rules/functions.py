@@ -155,8 +155,11 @@ def _known_flag(flag: str) -> str | None:
     return hyphen(flag) if flag.startswith("--") else getattr(found, "name", None)
 
 
-def corrected_args(text: str | None, model: str | None = None) -> str:
-    """The rejected arguments rewritten: flags respelled, a model moved to the `vllm serve MODEL` place.
+def corrected_args(text: str | None, model: str | None = None, prog: str | None = None,
+                   version: str | None = None) -> str:
+    """The rejected arguments rewritten: flags respelled, a model moved to the `vllm serve MODEL` place (or to
+    `--model` after `python -m vllm.entrypoints.openai.api_server`, when that is how the server was started,
+    `prog` api_server.py, or the release has no `vllm serve`).
 
     Quoted like every suggested command (serve_args); ORG/MODEL stands in when the log never names the model.
     """
@@ -167,7 +170,8 @@ def corrected_args(text: str | None, model: str | None = None) -> str:
         if fix["to"] is not None:
             known = flags.lookup(fix["to"])
             settings[serve_args.key_of(known.name if known else fix["to"])] = True if value is None else value
-    return serve_args.render_serve(parsed["model"] or model or "ORG/MODEL", settings).text or ""
+    module = bool(prog) and "api_server" in str(prog)
+    return serve_args.render_serve(parsed["model"] or model or "ORG/MODEL", settings, version, module=module).text or ""
 
 
 # -- memory held by other processes (gpu-memory-in-use) ---------------------------------------------------

@@ -57,15 +57,19 @@ def _rule_paths(extra: tuple[Path, ...]) -> list[Path]:
     return paths
 
 
-def _add_rules(rules: dict[str, Rule], paths: list[Path], trusted: bool = False) -> None:
+def _add_rules(rules: dict[str, Rule], paths: list[Path], trusted: bool = False,
+               shadowed: list[str] | None = None) -> None:
     """Load and fully validate each file into `rules` (by id); ids must be unique, overrides must exist.
 
-    `trusted`: the shipped rules, whose regexes run without the per-match timeout rule packs get."""
+    `trusted`: the shipped rules, whose regexes run without the per-match timeout rule packs get.
+    `shadowed`: these files may replace a rule already in `rules` (a pack under test); its id is listed there."""
     added = []
     for p in paths:
         rule = load_rule_file(p, trusted=trusted)
         if rule.id in rules and Path(rules[rule.id].path).resolve() != p.resolve():
-            raise RuleError(str(p), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
+            if shadowed is None or any(r.id == rule.id for r in added):
+                raise RuleError(str(p), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
+            shadowed.append(rule.id)
         rules[rule.id] = rule
         added.append(rule)
     for rule in added:
@@ -79,6 +83,16 @@ def load_rules(extra: tuple[Path, ...] = ()) -> list[Rule]:
     rules = {r.id: r for r in builtin_rules()}
     _add_rules(rules, _rule_paths(extra))
     return list(rules.values())
+
+
+def load_pack(pack: tuple[Path, ...], extra: tuple[Path, ...] = ()) -> tuple[list[Rule], list[str]]:
+    """The rules a pack's cases run against (`rules --test`): the shipped rules and `extra`, with the pack's
+    rules in place of those of the same id (so a copy of the shipped folder tests itself); and the ids the pack
+    shadows."""
+    rules = {r.id: r for r in load_rules(extra)}
+    shadowed: list[str] = []
+    _add_rules(rules, _rule_paths(pack), shadowed=shadowed)
+    return list(rules.values()), shadowed
 
 
 @lru_cache(maxsize=1)

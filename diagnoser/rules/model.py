@@ -107,6 +107,8 @@ class Fix:
     reason: str
     when: str | None
     env: str | None
+    #: a step that tells what is wrong (with a cost, e.g. --enforce-eager), not the fix: shown as a diagnostic run
+    diagnostic: bool = False
 
 
 @dataclass
@@ -135,6 +137,8 @@ class Rule:
     catalog: list[str] = field(default_factory=list)
     #: rules whose hits on the same line this one's hit replaces (a more precise reading of the same text)
     overrides: tuple[str, ...] = ()
+    #: rules whose errors in the same start-up this one's error causes: they become its evidence, not errors
+    explains: tuple[str, ...] = ()
     #: evaluated on the finished finding (facts, the whole log's ctx, its `line`): false drops the finding
     keep_when: str | None = None
     #: context, not a finding: shown in the report, never counted or gated on (the start-up summary)

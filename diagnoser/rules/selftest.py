@@ -60,12 +60,12 @@ def case_results(rule: Rule, rules: tuple[Rule, ...] | list[Rule] | None = None)
     """
     rules = _with_rule(rule, rules)
     results: list[tuple[str, str]] = []
-    through: dict[int, list[str]] = {}  # pattern index -> names of the cases whose finding came through it
+    through: dict[int, list[tuple[str, bool]]] = {}  # pattern index -> (case, named) whose finding came through it
     for i, case in enumerate(rule.cases.get("match", [])):
         name = case_name(case, "match", i)
         report, used = _diagnose_case(rule, case, rules)
         for index in used:
-            through.setdefault(index, []).append(name if case.get("name") else "")
+            through.setdefault(index, []).append((name, bool(case.get("name"))))
         results.append((name, _match_failures(rule, case, name, report)))
     for i, text in enumerate(rule.cases.get("near_miss", [])):
         case = text if isinstance(text, dict) else {"text": text}
@@ -131,17 +131,17 @@ def describe(pattern: Pattern) -> str:
     return f"{'phrase' if pattern.phrase is not None else 'regex'} {text!r}"
 
 
-def _coverage(rule: Rule, rules: tuple[Rule, ...], through: dict[int, list[str]]) -> list[tuple[str, str]]:
+def _coverage(rule: Rule, rules: tuple[Rule, ...], through: dict[int, list[tuple[str, bool]]]) -> list[tuple[str, str]]:
     """A failure for each match pattern no named case's finding came through, saying what to add."""
     out = []
     for i, pattern in enumerate(rule.patterns):
         names = through.get(i, [])
-        if any(names):
+        if any(named for _, named in names):
             continue
         where = f"{rule.path}: match[{i}] ({describe(pattern)})"
         taken = [] if names else _taken_by_sibling(rule, i, rules)
         if names:
-            fix = "only unnamed cases exercise it: give one of them a name:"
+            fix = f"only unnamed cases exercise it: give one of them a name: {', '.join(n for n, _ in names[:3])}"
         elif taken:
             fix = (f"{', '.join(taken[:3])} match it alone, but a sibling pattern wins on their lines: add a "
                    "named case only this pattern matches, or remove the pattern")

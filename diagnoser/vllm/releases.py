@@ -94,6 +94,7 @@ class Releases:
     tiers: dict[str, tuple[dict[str, Any], ...]]
     settings: dict[str, tuple[Entry, ...]]
     shown: tuple[str, ...]
+    vllm_serve_since: Version = (0, 5, 2)
 
 
 @lru_cache(maxsize=1)
@@ -110,12 +111,24 @@ def load() -> Releases:
     tiers = {name: tuple({**r, "since": parse_version(str(r["since"]))} for r in rules)
              for name, rules in raw["tiers"].items()}
     return Releases(latest=parse_version(str(raw["latest"])), long_context=int(raw["long_context"]), tiers=tiers,
-                    settings=settings, shown=tuple(raw["shown"]))
+                    settings=settings, shown=tuple(raw["shown"]),
+                    vllm_serve_since=parse_version(str(raw.get("vllm_serve_since", "0.5.2"))))
 
 
 def latest() -> Version:
     """The newest release the data file describes ('latest')."""
     return load().latest
+
+
+def has_vllm_serve(version: str | Version | None) -> bool:
+    """Whether a release has the `vllm serve` command (unknown: assume it does, as every release since 2024).
+
+    >>> has_vllm_serve("0.4.3"), has_vllm_serve("0.5.2"), has_vllm_serve(None)
+    (False, True, True)
+    """
+    if version is None or version == "latest":
+        return True
+    return parse_version(version) >= load().vllm_serve_since
 
 
 def _tier_rule(rules: tuple[dict[str, Any], ...], version: Version) -> dict[str, Any] | None:

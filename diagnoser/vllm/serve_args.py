@@ -386,17 +386,29 @@ def _resolve(key: Any) -> tuple[Flag | None, str | None]:
     return lookup(name), name if FLAG_GRAMMAR.match(name) else None
 
 
+#: how a release without `vllm serve` (before 0.5.2) starts the OpenAI-compatible server
+API_SERVER_MODULE = ("python", "-m", "vllm.entrypoints.openai.api_server", "--model")
+
+
 def render_serve(model: str | None, settings: dict[str, Any], version: str | None = None,
-                 env: dict[str, str] | None = None) -> Rendered:
-    """`[VAR=v] vllm serve MODEL --flag v ...`, every word quoted; unwritable settings left out with a note."""
+                 env: dict[str, str] | None = None, module: bool = False) -> Rendered:
+    """`[VAR=v] vllm serve MODEL --flag v ...`, every word quoted; unwritable settings left out with a note.
+
+    A release before `vllm serve` (or `module`: the log's server was launched that way) gets
+    `python -m vllm.entrypoints.openai.api_server --model MODEL ...`."""
     if not model or not isinstance(model, str):
         return Rendered(None, [NO_MODEL_NOTE])
     notes: list[str] = []
     words = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items() if re.fullmatch(r"[A-Z_][A-Z0-9_]*", k)]
     if not printable(model):
         return Rendered(None, ["no command is suggested: the model name from the log holds control characters"])
+    module = module or not releases.has_vllm_serve(version)
     # a name that starts with `-` (from someone else's log) would be read as an option: `--model=NAME` is a value
-    words += ["vllm", "serve", shlex.quote(f"--model={model}") if model.startswith("-") else shlex.quote(model)]
+    launch = API_SERVER_MODULE if module else ("vllm", "serve")
+    if model.startswith("-"):
+        words += [*launch[:3] if module else launch, shlex.quote(f"--model={model}")]
+    else:
+        words += [*launch, shlex.quote(model)]
     for key, value in settings.items():
         if value is None or key == "model":
             continue

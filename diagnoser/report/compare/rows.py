@@ -108,7 +108,9 @@ def gate(p: cmp.Pair) -> tuple[str, str]:
 
 def columns(comp: cmp.Comparison) -> list[str]:
     """Column headers: the input's file name and whether it started."""
-    return [f"{PurePath(s.label).name} ({'failed' if s.failed else 'started'})" for s in comp.starts]
+    ended = {(True, True): "started, then failed", (True, False): "failed"}
+    return [f"{PurePath(s.label).name} ({ended.get((s.failed, bool(s.failed_serving)), 'started')})"
+            for s in comp.starts]
 
 
 @dataclass
