@@ -21,8 +21,6 @@ KV16_LINES = len(KV16.read_bytes().splitlines())
 
 # -- item 1: scan --format jsonl stays valid JSON when a finding's command holds --api-key "$VLLM_API_KEY" ------
 
-@pytest.mark.xfail(strict=True, reason="issue 28 item 1: redacting values before serialising is the security "
-                   "helper's change (branch sec); strict, so this fails once that lands and the mark must go")
 def test_scan_jsonl_is_valid_json_when_a_command_holds_the_api_key_variable(tmp_path):
     text = (FIXTURES / "kv-cache-too-small-v1-0.11-tp2.log").read_text()
     secret = "sk-live-9f8e7d6c5b4a39281706f5e4d3c2b1a0"

@@ -405,8 +405,8 @@ def render_serve(model: str | None, settings: dict[str, Any], version: str | Non
     module = module or not releases.has_vllm_serve(version)
     # a name that starts with `-` (from someone else's log) would be read as an option: `--model=NAME` is a value
     launch = API_SERVER_MODULE if module else ("vllm", "serve")
-    if model.startswith("-"):
-        words += [*launch[:3] if module else launch, shlex.quote(f"--model={model}")]
+    if model.startswith("-"):  # `--model=NAME`: one word, a value whatever it starts with
+        words += [*launch[:3], shlex.quote(f"--model={model}")]
     else:
         words += [*launch, shlex.quote(model)]
     for key, value in settings.items():
