@@ -38,6 +38,12 @@ class Report:
     #: the serving phase over time (None when the input had no stats line, access line or scrape)
     series: Series | None = None
 
+    @property
+    def started(self) -> bool:
+        """The log shows a server or engine that became ready (or served): what `check` requires of a start-up."""
+        ctx = self.context
+        return bool(ctx.server_started or ctx.engine_ready or ctx.stats_lines)
+
     def counts(self) -> dict[str, int]:
         out = {"error": 0, "warning": 0, "info": 0}
         for f in self.findings:

@@ -169,7 +169,7 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
                    "report shows it its own way (text: sparklines, html: charts)", err=True)
     if tee or follow or until or timeout is not None or command:
         return _run_live(files, fmt, fail_on, exit_zero, rules, no_redact, color, config_file, output, tee, follow,
-                         until, timeout, update_every, command, kill_on_failure, copy)
+                         until, timeout, update_every, command, kill_on_failure, copy, gate)
     reports, errors = _diagnose_each(files, rules, no_redact, live)
     if errors and not reports:
         raise click.UsageError("; ".join(errors))
@@ -179,7 +179,25 @@ def run_diagnosis(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: boo
     for message in errors:
         if not message.startswith("no vLLM log"):
             click.echo(f"vllm-doctor: error: {clean(message)}", err=True)
-    return 2 if errors else exit_code(reports, fail_on, exit_zero)
+    code = exit_code(reports, fail_on, exit_zero)
+    if gate:
+        code = max(code, *(never_started(r, fail_on, exit_zero) for r in reports), 0)
+    return 2 if errors else code
+
+
+def never_started(report: Report, fail_on: str, exit_zero: bool, say: bool = True) -> int:
+    """`check` gates a start-up: a vLLM log that never shows the server (or engine) ready fails it.
+
+    A missing binary or module, an image that could not be pulled, a process killed after `+ vllm serve`, a
+    log cut off mid start-up: each would otherwise pass as "no problems found". 1 (said on stderr) or 0.
+    """
+    if not report.vllm_seen or report.started:
+        return 0
+    if say:
+        label = "stdin" if report.path == "-" else report.path
+        click.echo(f"vllm-doctor: error: vLLM did not start in {label}: the log ends before the server was "
+                   "ready; capture the start-up until `Application startup complete`", err=True)
+    return 0 if exit_zero or fail_on == "never" else 1
 
 
 def _early_copy(files: tuple[str, ...], tee: bool, follow: str | None, command: list[str] | None) -> Any:
@@ -238,7 +256,7 @@ def _note_no_vllm(reports: list[Report], gate: bool, errors: list[str]) -> None:
 def _run_live(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, rules: Any, no_redact: bool,
               color: bool | None, config_file: str | None, output: str | None, tee: bool, follow: str | None,
               until: str | None, timeout: float | None, update_every: float, command: list[str] | None,
-              kill_on_failure: bool, copy: Any) -> int:
+              kill_on_failure: bool, copy: Any, gate: bool = False) -> int:
     """run_diagnosis for the live modes (--tee, --follow, --until, --timeout, `run`): one input, read as it grows."""
     from diagnoser.live.watch import LiveOptions, run_live
 
@@ -260,7 +278,8 @@ def _run_live(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, r
 
     return run_live(opts, rules, render, files[0] if files else "-", follow=follow, command=command,
                     redact=not no_redact, output=output, kill_on_failure=kill_on_failure,
-                    exit_code=lambda r: exit_code([r], fail_on, exit_zero), tee=copy)
+                    exit_code=lambda r: max(exit_code([r], fail_on, exit_zero),
+                                            never_started(r, fail_on, exit_zero) if gate else 0), tee=copy)
 
 
 @click.command("diagnose")
