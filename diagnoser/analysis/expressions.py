@@ -8,6 +8,7 @@ log's context, the `mem` and `fn` helper namespaces); `derive_facts` adds a rule
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from diagnoser.rules.model import Rule
@@ -16,14 +17,24 @@ from diagnoser.rules.model import Rule
 _EXPRESSIONS: dict[str, Any] = {}
 
 
+#: seconds of expression time one rule (or one expression, when no rule is named) may spend on one log, in
+#: total: 30 hits of a slow `derive:` are bounded together, not 2 s each
+RULE_SECONDS = 4.0
+
+
 class Evaluator:
-    """Compiled jinja2 expressions (when:, derive:), evaluated leniently: a missing fact means no value."""
+    """Compiled jinja2 expressions (when:, derive:), evaluated leniently: a missing fact means no value.
+
+    One Evaluator serves one log: it keeps what each rule has spent of its RULE_SECONDS there; past it, the
+    rule's expressions have no value (its advice then says it could not be computed)."""
 
     def __init__(self) -> None:
         self.env: Any = None   # the sandbox (and jinja2) load on the first expression a log needs
         self._cache = _EXPRESSIONS
+        self._left: dict[str, float] = {}
 
-    def value(self, source: str, names: dict[str, Any]) -> Any:
+    def value(self, source: str, names: dict[str, Any], owner: str | None = None) -> Any:
+        """The expression's value over `names`; None when a fact is missing or odd, or `owner`'s budget is spent."""
         expr = self._cache.get(source)
         if expr is None:
             from diagnoser.rules.sandbox import expression, template_env
@@ -31,18 +42,25 @@ class Evaluator:
             if self.env is None:
                 self.env = template_env()
             expr = self._cache[source] = expression(self.env, source)
+        key = owner or source
+        left = self._left.get(key, RULE_SECONDS)
+        if left <= 0:
+            return None
+        start = time.monotonic()
         try:
-            result = expr(**names)
+            result = expr(names, left)
         except Exception:  # noqa: BLE001 - an expression over missing or odd facts simply has no value
             return None
+        finally:
+            self._left[key] = left - (time.monotonic() - start)
         if hasattr(result, "_undefined_name"):
             return None
         if isinstance(result, float) and not math.isfinite(result):
             return None
         return result
 
-    def truth(self, source: str, names: dict[str, Any]) -> bool:
-        return bool(self.value(source, names))
+    def truth(self, source: str, names: dict[str, Any], owner: str | None = None) -> bool:
+        return bool(self.value(source, names, owner))
 
 
 def template_names(facts: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +75,7 @@ def derive_facts(rule: Rule, facts: dict[str, Any], ctx: dict[str, Any], ev: Eva
     """Add the rule's derived facts, in order; each sees the ones before it (and the stage of the failure)."""
     out = dict(facts)
     for name, source in rule.derive.items():
-        value = ev.value(source, {**template_names(out, ctx), "stage": stage})
+        value = ev.value(source, {**template_names(out, ctx), "stage": stage}, rule.id)
         if value is not None or name not in out:
             out[name] = value  # None: known to be unknown, so templates can test it without failing
     return out

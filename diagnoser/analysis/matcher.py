@@ -105,10 +105,10 @@ class Matcher:
                 continue
             for facts, evidence in series.candidates(pattern.series):
                 scope = template_names(facts, ctx)
-                if pattern.when and not self.ev.truth(pattern.when, scope):
+                if pattern.when and not self.ev.truth(pattern.when, scope, rule.id):
                     continue
                 if rule.when and not self.ev.truth(rule.when, template_names(
-                        derive_facts(rule, facts, ctx, self.ev, "serving"), ctx)):
+                        derive_facts(rule, facts, ctx, self.ev, "serving"), ctx), rule.id):
                     continue
                 line = evidence[0] if evidence else Line(number=0, text="", raw="")
                 hit = Hit(rule=rule, pattern=pattern, line=line, end_line=line.number, stage="serving",
@@ -274,15 +274,16 @@ class Matcher:
         """The pattern's `when` (on the extracted facts alone when it reads no derived fact: `when_early`), then
         the pattern's other `when` and the rule's, on the facts with the rule's derived ones."""
         level = scan.line.level
-        if pattern.when_early and not self.ev.truth(pattern.when, {**template_names(facts, ctx), "level": level}):
+        if pattern.when_early and not self.ev.truth(pattern.when, {**template_names(facts, ctx), "level": level},
+                                                    rule.id):
             return False  # e.g. a stats line below the saturation threshold: no need to derive anything
         late_when = pattern.when if pattern.when and not pattern.when_early else None
         if late_when or rule.when:  # derived facts are only for these tests here (advise derives again)
             names = derive_facts(rule, facts, ctx, self.ev, scan.stage)
             scope = {**template_names(names, ctx), "level": level}
-            if late_when and not self.ev.truth(late_when, scope):
+            if late_when and not self.ev.truth(late_when, scope, rule.id):
                 return False
-            if rule.when and not self.ev.truth(rule.when, scope):
+            if rule.when and not self.ev.truth(rule.when, scope, rule.id):
                 return False
         return True
 

@@ -81,6 +81,9 @@ MAX_OUTPUT = 100_000  #: characters of one rendered template
 MAX_VALUE = 10 * MAX_STR  #: printed size (about: characters of its repr) of any value an operation builds
 MAX_FACT = 10_000  #: printed size of an expression's value (a derived fact)
 MAX_SECONDS = 2.0  #: wall time of one rendered template or evaluated expression
+#: characters that the operations of one render or evaluation may build in all (each value is bounded by
+#: MAX_VALUE; 7,000 reassignments of a 1 MB namespace attribute are bounded here, not by the deadline)
+MAX_BUILT = 10 * MAX_VALUE
 
 
 def _namespace(module: types.ModuleType, names: tuple[str, ...]) -> types.SimpleNamespace:
@@ -108,11 +111,22 @@ def _tick() -> None:
         raise SecurityError(f"the template took longer than {MAX_SECONDS:g} s")
 
 
-def _timed(call: Callable[[], Any]) -> Any:
-    """call() under a fresh deadline (nested calls keep the outer one)."""
+def _built(size: int) -> None:
+    """Count `size` characters built by an operation against the running render's MAX_BUILT."""
+    total = getattr(_CLOCK, "built", 0) + size
+    _CLOCK.built = total
+    if total > MAX_BUILT:
+        raise SecurityError(f"the template built more than {MAX_BUILT:,} characters in all")
+
+
+def _timed(call: Callable[[], Any], seconds: float = MAX_SECONDS) -> Any:
+    """call() under a fresh deadline of `seconds` (at most MAX_SECONDS; nested calls keep the outer one)."""
     if getattr(_CLOCK, "deadline", None) is not None:
         return call()
-    _CLOCK.deadline = time.monotonic() + MAX_SECONDS
+    if seconds <= 0:
+        raise SecurityError("the rule's time budget for this log is spent")
+    _CLOCK.deadline = time.monotonic() + min(seconds, MAX_SECONDS)
+    _CLOCK.built = 0
     try:
         return call()
     finally:
@@ -202,8 +216,10 @@ def _size(value: Any) -> int | None:
 def _bounded_mul(left: Any, right: Any) -> Any:
     for seq, n in ((left, right), (right, left)):
         size = _size(seq)
-        if size is not None and isinstance(n, int) and size * max(n, 0) > MAX_STR:
-            raise SecurityError(f"a repeat building {size * n:,} items; the limit is {MAX_STR:,}")
+        if size is not None and isinstance(n, int):
+            if size * max(n, 0) > MAX_STR:
+                raise SecurityError(f"a repeat building {size * n:,} items; the limit is {MAX_STR:,}")
+            _built(size * max(n, 0))
     return operator.mul(left, right)
 
 
@@ -222,16 +238,20 @@ def _bounded_mod(left: Any, right: Any) -> Any:
 
 def _bounded_add(left: Any, right: Any) -> Any:
     a, b = _size(left), _size(right)
-    if a is not None and b is not None and a + b > MAX_VALUE:
-        raise SecurityError("a concatenation over the size limit")
+    if a is not None and b is not None:
+        if a + b > MAX_VALUE:
+            raise SecurityError("a concatenation over the size limit")
+        _built(a + b)
     return operator.add(left, right)
 
 
 def _bounded_concat(values: tuple[Any, ...]) -> str:
     """`a ~ b ~ c`: jinja2's str_join, refused past MAX_VALUE (`{% set a = a ~ a %}` doubles a string)."""
     values = tuple(values)
-    if sum(weight(v) for v in values) > MAX_VALUE:
+    size = sum(weight(v) for v in values)
+    if size > MAX_VALUE:
         raise SecurityError("a concatenation over the size limit")
+    _built(size)
     return "".join(str(v) for v in values)
 
 
@@ -400,16 +420,17 @@ def template(env: RuleSandbox, source: str) -> Any:
 
 
 def expression(env: RuleSandbox, source: str) -> Any:
-    """`env.compile_expression(source, undefined_to_none=False)`; each evaluation runs under MAX_SECONDS."""
+    """`env.compile_expression(source, undefined_to_none=False)`: called as `bounded(names, seconds)`, each
+    evaluation runs under `seconds` (at most MAX_SECONDS; what is left of its rule's budget)."""
     compiled = env.compile_expression(source, undefined_to_none=False)
 
-    def bounded(**names: Any) -> Any:
+    def bounded(names: dict[str, Any], seconds: float = MAX_SECONDS) -> Any:
         def evaluate() -> Any:
             result = compiled(**names)
             weight(result, MAX_FACT)  # a fact is a number or a short text, and it is kept with every hit
             return result
 
-        return _timed(evaluate)
+        return _timed(evaluate, seconds)
 
     return bounded
 
