@@ -501,7 +501,11 @@ def _take_cause(finding: Finding, hits: list[Hit], ctx: Context) -> None:
     printed before it: the latest exception before it (after the server became ready, for a death while
     serving), at its first occurrence, becomes the finding's `cause` and its first evidence line."""
     floor = ctx.ready_line if (finding.stage == "serving" and ctx.ready_line) else 0
-    before = [h for h in hits if h.rule.id in CAUSE_RULES and floor < h.line.number < finding.line
+    # hits are in log order; a shipper's record (a JSON formatter's exc_info) holds several lines under one
+    # number, so "before" is the hits that came ahead of the finding's own, not a smaller line number
+    own = next((i for i, h in enumerate(hits) if h.rule is finding.rule and h.line.number == finding.line),
+               len(hits))
+    before = [h for h in hits[:own] if h.rule.id in CAUSE_RULES and floor < h.line.number
               and h.facts.get("message")]
     if not before:
         return
