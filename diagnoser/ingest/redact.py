@@ -538,6 +538,12 @@ def redact_value(value: Any, redactor: Redactor, _depth: int = 0) -> Any:
     if _depth > 50:
         return value
     if isinstance(value, dict):
+        if set(value) == {"key", "value"} and isinstance(value["key"], str) and isinstance(value["value"], dict):
+            # an OpenTelemetry attribute: `key` holds a name (never a secret in itself), the value is judged by it
+            name = value["key"]
+            return {"key": redactor.value(name),
+                    "value": {t: (redactor.secret_value(name, v) or redactor.value(v)) if isinstance(v, str)
+                              else redact_value(v, redactor, _depth + 1) for t, v in value["value"].items()}}
         out = {}
         for k, v in value.items():
             mark = redactor.secret_value(k, v) if isinstance(k, str) and isinstance(v, str) else None
@@ -571,6 +577,7 @@ def redact_json_line(line: str, redactor: Redactor) -> str:
     out: list[str] = []
     pos = 0
     key: str | None = None
+    name: str | None = None  #: an OpenTelemetry attribute's name (`{"key": NAME, "value": {"stringValue": ...}}`)
     for m in _JSON_STRING.finditer(line):
         between = line[pos:m.start()]
         out.append(between)
@@ -584,7 +591,12 @@ def redact_json_line(line: str, redactor: Redactor) -> str:
         if line[m.end():].lstrip().startswith(":"):  # a key: kept, and remembered for its value
             key, new = text, text
         else:
-            mark = redactor.secret_value(key, text) if key is not None and between.strip() == ":" else None
+            if key is not None and between.strip() == ":" and key.endswith("Value") and name is not None:
+                key, name = name, None  # an attribute's value is judged by the attribute's name
+            if key == "key" and between.strip() == ":":
+                name, mark = text, None  # a name, never a secret in itself
+            else:
+                mark = redactor.secret_value(key, text) if key is not None and between.strip() == ":" else None
             new = mark if mark is not None else redactor.value(text)
             key = None
         out.append(raw if new == text else json.dumps(new, ensure_ascii=False))

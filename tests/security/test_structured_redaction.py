@@ -56,3 +56,20 @@ def test_redact_value_walks_the_structure():
     assert out["args"]["api_key"].startswith("«redacted:") and out["args"]["hf_token"] is None
     assert out["args"]["model"] == "m" and "Zx81kQp0Lm3Nv7Rt5Ws2" not in out["text"]
     assert value["args"]["api_key"] == "two words 42"  # a copy
+
+
+@pytest.mark.parametrize("redact", ["line", "value"])
+def test_an_opentelemetry_attribute_is_judged_by_its_name_not_by_the_word_key(redact):
+    """OTel attributes are `{"key": NAME, "value": {"stringValue": V}}`: NAME is never a secret in itself (the
+    word `key` is not a secret-named setting there), and V goes whole when NAME is secret-named."""
+    attrs = [{"key": "vllm_doctor.rule", "value": {"stringValue": "weights-oom"}},
+             {"key": "log.file.path", "value": {"stringValue": "/var/log/vllm/a.log"}},
+             {"key": "vllm.api_key", "value": {"stringValue": "plainsecret99"}}]
+    if redact == "line":
+        out = json.loads(redact_json_line(json.dumps({"attributes": attrs}), Redactor()))["attributes"]
+    else:
+        out = redact_value(attrs, Redactor())
+    assert [a["key"] for a in out] == ["vllm_doctor.rule", "log.file.path", "vllm.api_key"]
+    assert out[0]["value"]["stringValue"] == "weights-oom"
+    assert out[1]["value"]["stringValue"] == "/var/log/vllm/a.log"
+    assert "plainsecret99" not in json.dumps(out) and "redacted" in out[2]["value"]["stringValue"]
