@@ -71,6 +71,15 @@ def clip(text: str, limit: int) -> str:
     return cut + "…"
 
 
+def _evidence_text(line: Any, limit: int) -> str:
+    """The raw line when it fits; else, when its prefixes (process, level, time, file) would take a third of the
+    room, the message alone: in a narrow terminal the message is what tells the failure."""
+    raw, text = line.raw, line.text
+    if len(raw) > limit and text and raw.endswith(text) and len(raw) - len(text) > limit // 3:
+        return text
+    return str(raw)
+
+
 def vllm_size(gib: float) -> str:
     """A size as PyTorch and vLLM print it: MiB below 1 GiB, two decimals.
 
@@ -169,7 +178,7 @@ def _finding(f: Finding, index: int, paint: Any, report: Report | None = None, w
     for ln in sorted(f.evidence, key=lambda line: line.number):
         prefix = f"   {ln.number:>6} | "
         limit = EVIDENCE_CHARS if width is None else max(width - len(prefix), 20)
-        out.append(paint("dim", prefix + clip(ln.raw, limit)))
+        out.append(paint("dim", prefix + clip(_evidence_text(ln, limit), limit)))
     numbers = number_items(f)
     if numbers:
         out.extend(_wrap("numbers: " + ", ".join(numbers), width))
