@@ -166,3 +166,26 @@ def test_a_healthy_server_and_its_shutdown_raise_no_alarm(name: str):
 def test_a_failure_named_by_its_frames(text: str, rule: str, stage: str):
     f = first(diagnose_text(text))
     assert (f.rule.id, f.stage) == (rule, stage)
+
+
+# --- no default stage ------------------------------------------------------------------------------------------
+DIED = "(APIServer pid=1) ERROR 05-02 10:01:07 [core_client.py:564] Engine core proc EngineCore_0 died unexpectedly, " \
+       "shutting down client.\n"
+
+
+def test_a_generic_message_of_a_multi_stage_rule_keeps_an_unknown_stage_unknown():
+    """A paste of the death line alone does not say whether the engine died starting or serving: stage unknown,
+    not the rule's first stage; the same line after the server became ready is a death while serving."""
+    alone = first(diagnose_text(DIED))
+    assert (alone.rule.id, alone.stage) == ("engine-dead", None)
+    ready = "(APIServer pid=1) INFO 05-02 10:00:00 [api_server.py:1080] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+    served = first(diagnose_text(ready + DIED))
+    assert (served.rule.id, served.stage) == ("engine-dead", "serving")
+
+
+def test_a_rules_specific_wording_still_names_its_stage_in_a_fragment():
+    """vLLM's own words for the sampler warm-up name the stage: a fragment of them is warmup, not unknown."""
+    text = ("RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try "
+            "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.\n")
+    found = first(diagnose_text(text))
+    assert (found.rule.id, found.stage) == ("warmup-oom", "warmup")

@@ -355,7 +355,7 @@ class Advisor:
         specific = [h for h in group if not h.pattern.generic]
         anchor = specific[0] if specific else group[0]
         staged = _staged_hit(group, specific, anchor)
-        stage = staged.stage if (staged.stage in rule.stage_choices or not rule.stage) else rule.stage
+        stage = rule.stage_of(staged.stage, staged.pattern.generic)
         facts = derive_facts(rule, _group_facts(rule, group, fold), ctx_dict, self.ev, stage)
         ranks = sorted(fold.ranks if fold is not None else {h.line.rank for h in group if h.line.rank is not None})
         return Finding(

@@ -357,7 +357,7 @@ class Watch:
                     self._suspect()
             if rule.severity == "info" or rule.keep_when or rule.fallback or (h.line.number, rule.id) in replaced:
                 continue  # these need the whole picture: reported with the findings at the end
-            stage = h.stage if (h.stage in rule.stage_choices or not rule.stage) else rule.stage
+            stage = rule.stage_of(h.stage, h.pattern.generic)
             self.told[rule.id] = _Told(rule.id, rule.severity, count=1, said_count=1, said_at=self.clock())
             self._announce(h, stage)
             if rule.severity == "error" and self.failure_at is None:

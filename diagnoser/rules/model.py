@@ -146,6 +146,19 @@ class Rule:
     #: a message that reports another failure (EngineDeadError, "Worker failed"): ranked after every other error
     wrapper: bool = False
 
+    def stage_of(self, seen: str | None, generic: bool) -> str | None:
+        """The finding's stage from the stage the log showed (`seen`, None when the lines did not say).
+
+        The log's stage when the rule allows it; a rule without a stage takes the log's, unknown included. An
+        unknown stage becomes the rule's own only when the rule has one stage, or the matched message was its
+        specific wording (which names the stage); a generic message (an exception class, torch's OOM text) on
+        a multi-stage rule stays unknown: a default would decide the fix for the paste."""
+        if not self.stage or seen in self.stage_choices:
+            return seen
+        if seen is None and generic and len(self.stage_choices) > 1:
+            return None
+        return self.stage
+
     def produces(self) -> set[str]:
         """Every fact name this rule can hand to its templates."""
         names = set(self.facts) | set(self.derive) | set(self.aggregate)
