@@ -52,3 +52,20 @@ def test_duplicate_id_is_refused(tmp_path):
     dup = GOOD.replace("demo-rule", "kv-cache-too-small")
     with pytest.raises(RuleError, match="already defined"):
         load_rules((write(tmp_path, dup, "kv-cache-too-small.yaml"),))
+
+
+def test_an_absent_fact_is_none_in_expressions_without_ceremony(tmp_path):
+    """A fact the rule can extract but this line did not hold is `none` to `derive:`: passed on as an argument,
+    picked by `fn.first_known`, or failing arithmetic to none, with no `x if x is known else none`."""
+    from diagnoser.analysis.pipeline import diagnose_text
+
+    text = GOOD.replace("advice:", 'derive:\n  shown: "fn.first_known(count, 0)"\n  doubled: "count * 2"\nadvice:')
+    rules = load_rules((write(tmp_path, text),))
+
+    def facts(line: str) -> dict:
+        return next(f.facts for f in diagnose_text(line, rules).findings if f.rule.id == "demo-rule")
+
+    with_count = facts("the demo engine exploded loudly with 7 sparks")
+    assert (with_count["shown"], with_count["doubled"]) == (7, 14)
+    without = facts("the demo engine exploded loudly")
+    assert (without["shown"], without["doubled"]) == (0, None) and "count" not in without

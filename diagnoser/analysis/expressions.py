@@ -72,10 +72,14 @@ def template_names(facts: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]
 
 def derive_facts(rule: Rule, facts: dict[str, Any], ctx: dict[str, Any], ev: Evaluator,
                  stage: str | None = None) -> dict[str, Any]:
-    """Add the rule's derived facts, in order; each sees the ones before it (and the stage of the failure)."""
+    """Add the rule's derived facts, in order; each sees the ones before it (and the stage of the failure).
+
+    A fact the rule can produce but this hit did not is `none`: expressions pass it on (`fn.f(x)`), test it
+    (`x is known`) or fail to a value of none (`x * 2`), with no `x if x is known else none` ceremony."""
     out = dict(facts)
+    absent = dict.fromkeys(rule.produces() - facts.keys()) if rule.derive else {}
     for name, source in rule.derive.items():
-        value = ev.value(source, {**template_names(out, ctx), "stage": stage}, rule.id)
+        value = ev.value(source, {**absent, **template_names(out, ctx), "stage": stage}, rule.id)
         if value is not None or name not in out:
             out[name] = value  # None: known to be unknown, so templates can test it without failing
     return out

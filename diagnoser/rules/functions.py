@@ -25,6 +25,17 @@ def hyphen(flag: str) -> str:
     return head + dot + tail
 
 
+def first_known(*values: Any) -> Any:
+    """The first value that is known (not none): a fact read under one of several names or wordings.
+
+    >>> first_known(None, 0.0, 3.5)
+    0.0
+    >>> first_known(None, None) is None
+    True
+    """
+    return next((v for v in values if v is not None), None)
+
+
 def underscore(flag: str) -> str:
     """'--max-model-len' -> 'max_model_len' (the Python/LLM(...) spelling)."""
     return flag.lstrip("-").replace("-", "_")

@@ -45,7 +45,7 @@ FN_API = (
     "size_for_peak",
     # the long-tail rules (issue 8)
     "seconds_between", "duration", "cuda_of_driver", "driver_for_cuda", "pip_package", "lora_rank_for",
-    "version_at_least",
+    "version_at_least", "first_known",
 )
 #: What `mem.` offers templates (diagnoser/vllm/memory.py): arithmetic over numbers, and its constants.
 MEM_API = (
