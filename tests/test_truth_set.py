@@ -3,11 +3,11 @@ configurations the coefficients were never read off (pre-Ampere GPUs, V0 long co
 
 from __future__ import annotations
 
-import pytest
-
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 from diagnoser.vllm import releases, sizing
 from diagnoser.vllm.modelspec import compute_capability_of, load_model
