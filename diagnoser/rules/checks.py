@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from diagnoser.analysis.serving.facts import SERIES_FACTS
 from diagnoser.rules.model import (
     AGGREGATES,
     FACT_TYPES,
+    SERIES_FACTS,
     SEVERITIES,
     Extractor,
     Fix,
@@ -27,6 +27,7 @@ from diagnoser.rules.model import (
     Rule,
     RuleError,
     TimedPattern,
+    compile_regex,
 )
 from diagnoser.rules.regexcheck import catastrophic
 from diagnoser.vllm.stages import STAGES
@@ -182,7 +183,7 @@ def _compile(source: Any, path: str, key: str, trusted: bool = False) -> Any:
     if not isinstance(source, str):
         raise RuleError(path, key, f"a regex is a string, not {type(source).__name__}")
     try:
-        compiled = regex.compile(source, regex.V0)
+        compiled = compile_regex(source)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise RuleError(path, key, f"regex does not compile: {exc}") from None
     problem = catastrophic(source)
@@ -318,7 +319,8 @@ def _pattern(item: Any, env: RuleSandbox, path: str, key: str, trusted: bool) ->
     when = item.get("when")
     if when:
         _expr_names(env, when, path, f"{key}.when")
-    return Pattern(phrase=phrase, regex=compiled, threshold=threshold, keywords=[str(k) for k in keywords],
+    return Pattern(phrase=phrase, source=rx or None, compiled=compiled, threshold=threshold,
+                   keywords=[str(k) for k in keywords],
                    generic=bool(item.get("generic")), stages=stages, when=when,
                    catalog=list(item.get("catalog") or []), series=series,
                    components=_components(item.get("components"), path, key))
@@ -348,7 +350,7 @@ def _extractors(data: dict[str, Any], path: str, trusted: bool) -> list[Extracto
         compiled = _compile(source, path, key, trusted)
         if not compiled.groupindex:
             raise RuleError(path, key, "an extract regex needs named groups (?P<name>...)")
-        extractors.append(Extractor(compiled))
+        extractors.append(Extractor(source, compiled))
     return extractors
 
 

@@ -126,7 +126,7 @@ def describe(pattern: Pattern) -> str:
     """A pattern as its file spells it, shortened: phrase 'CUDA out of memory', regex '...', series kv_ramp."""
     if pattern.series:
         return f"series {pattern.series}"
-    text = pattern.phrase if pattern.phrase is not None else getattr(pattern.regex, "pattern", "")
+    text = pattern.phrase if pattern.phrase is not None else pattern.source or ""
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{'phrase' if pattern.phrase is not None else 'regex'} {text!r}"
 
