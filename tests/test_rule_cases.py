@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from diagnoser.analysis.selftest import run_cases
 from diagnoser.rules.loader import checked_builtin_rules
-from diagnoser.rules.selftest import run_cases
 
 RULES = checked_builtin_rules()  # every check a rule pack gets: a run trusts these
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from diagnoser.analysis.selftest import case_results, run_cases
 from diagnoser.rules.loader import builtin_rules, checked_builtin_rules, load_rule_file, load_rules
 from diagnoser.rules.model import RuleError
-from diagnoser.rules.selftest import case_results, run_cases
 from tests.rulepack import demo_rule
 from tests.rulepack import write_rule as write
 
