@@ -18,6 +18,7 @@ import regex
 
 from diagnoser.rules.model import (
     AGGREGATES,
+    DEFAULT_THRESHOLD,
     FACT_TYPES,
     SERIES_FACTS,
     SEVERITIES,
@@ -28,6 +29,7 @@ from diagnoser.rules.model import (
     RuleError,
     TimedPattern,
     compile_regex,
+    derive_keywords,
 )
 from diagnoser.rules.regexcheck import catastrophic
 from diagnoser.vllm.stages import STAGES
@@ -51,14 +53,6 @@ MATCH_CASE_KEYS = {"name", "text", "facts", "stage", "context", "advice_contains
                    "wins_over"}
 NEAR_MISS_KEYS = {"name", "text", "stage"}
 
-#: Words too common in vLLM logs to make a useful prefilter keyword.
-STOPWORDS = {
-    "request", "requests", "tokens", "token", "model", "models", "engine", "initializing", "memory", "cache",
-    "please", "increasing", "decreasing", "should", "which", "their", "there", "would", "could", "because",
-    "during", "before", "after", "while", "other", "available", "number", "maximum", "current", "config",
-    "warning", "information", "process", "processes", "error", "using", "initialization", "following",
-}
-
 #: Names every template may use besides the rule's facts.
 TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks", "command", "stage", "level",
                     "none", "true", "false", "loop", "range", "min", "max", "round", "int", "float", "abs",
@@ -67,16 +61,6 @@ TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks",
 #: Facts the engine fills for a rule that declares them (no regex group needed): `cause` and `cause_line`, the
 #: exception printed before a message that only reports a death; `last_stats`, the stats line before a hit.
 FILLED_FACTS = {"cause", "cause_line", "last_stats"}
-
-DEFAULT_THRESHOLD = 85.0
-
-
-def derive_keywords(phrase: str) -> list[str]:
-    """Distinctive words of a phrase: what a line must contain before it is fuzzy-matched."""
-    words = re.findall(r"[A-Za-z_][A-Za-z_'-]{4,}", phrase)
-    ranked = sorted({w.lower().strip("'") for w in words if w.lower() not in STOPWORDS}, key=len, reverse=True)
-    return ranked[:3] or [phrase.lower()[:24]]
-
 
 def _expr_names(env: RuleSandbox, source: Any, path: str, key: str, expression: bool = True) -> set[str]:
     """The names an expression (derive, when) or, with `expression=False`, a template (advice, fixes) reads,

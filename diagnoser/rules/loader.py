@@ -16,8 +16,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from diagnoser.rules.checks import DEFAULT_THRESHOLD, derive_keywords, parse_rule
-from diagnoser.rules.model import Extractor, Fix, InlineCases, Pattern, Rule, RuleError
+from diagnoser.rules.model import (
+    DEFAULT_THRESHOLD,
+    Extractor,
+    Fix,
+    InlineCases,
+    Pattern,
+    Rule,
+    RuleError,
+    derive_keywords,
+)
 
 
 def load_rule_file(path: Path, trusted: bool = False) -> Rule:
@@ -36,6 +44,8 @@ def load_rule_file(path: Path, trusted: bool = False) -> Rule:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(yaml)"
         raise RuleError(str(path), where, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    from diagnoser.rules.checks import parse_rule  # a rule pack's file: every check
+
     return parse_rule(data, str(path), trusted)
 
 

@@ -10,6 +10,7 @@ reads them from files).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,24 @@ SERIES_FACTS: dict[str, tuple[str, ...]] = {
     "prefix-cache": ("prefix_hit_pct", "max_prefix_hit_pct", "points", "seconds", "engine", "peak_kv_usage_pct",
                      "source", "_serving_seconds", "_saturated_seconds"),
 }
+
+
+#: Words too common in vLLM logs to make a useful prefilter keyword.
+STOPWORDS = {
+    "request", "requests", "tokens", "token", "model", "models", "engine", "initializing", "memory", "cache",
+    "please", "increasing", "decreasing", "should", "which", "their", "there", "would", "could", "because",
+    "during", "before", "after", "while", "other", "available", "number", "maximum", "current", "config",
+    "warning", "information", "process", "processes", "error", "using", "initialization", "following",
+}
+
+DEFAULT_THRESHOLD = 85.0
+
+
+def derive_keywords(phrase: str) -> list[str]:
+    """Distinctive words of a phrase: what a line must contain before it is fuzzy-matched."""
+    words = re.findall(r"[A-Za-z_][A-Za-z_'-]{4,}", phrase)
+    ranked = sorted({w.lower().strip("'") for w in words if w.lower() not in STOPWORDS}, key=len, reverse=True)
+    return ranked[:3] or [phrase.lower()[:24]]
 
 
 class RuleError(InputError, ValueError):
