@@ -1,8 +1,7 @@
-"""Bundled data: one YAML loader for every module, each file parsed once per process.
-
-Nothing is kept on disk between runs: a cache in the user's folder is written by whoever ran before (a cache
-restored by `actions/cache`, a shared runner's home), so trusting it would let that writer decide what the next
-run reports. Parsing every bundled file with libyaml's C loader takes ~15-25 ms, a small part of a start-up.
+"""Bundled data (diagnoser/data/*.yaml: GPUs, models, releases, flags, landmarks, places): `load(NAME)` reads
+and parses one file the first time a module asks for it, and hands every later caller in the process the same
+parsed value. `yaml_load` is the one YAML parser for trusted text (these files and the shipped rules): libyaml's
+C loader when present. Nothing is written anywhere.
 """
 
 from __future__ import annotations

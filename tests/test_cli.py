@@ -173,3 +173,31 @@ def test_help_and_version_import_no_command(flag):
     proc = subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, timeout=60)
     assert proc.stderr.strip() == "0 ['diagnoser.cli.main']"
     assert ("Commands:" in proc.stdout) if flag == "--help" else proc.stdout.startswith("vllm-doctor, version ")
+
+
+def _closed_stdin(*args: str) -> subprocess.CompletedProcess:
+    """The doctor started with stdin closed (`vllm-doctor ARGS <&-`); a hang fails on the timeout."""
+    exe = shutil.which("vllm-doctor")
+    cmd = [exe] if exe else [sys.executable, "-m", "diagnoser"]
+    return subprocess.run([*cmd, *args], capture_output=True, timeout=60,
+                          preexec_fn=lambda: os.close(0), env={**os.environ, "NO_COLOR": "1"})
+
+
+@pytest.mark.parametrize("args", [(), ("-",), ("diagnose", "--until", "ready"), ("diagnose", "--tee"), ("check",)])
+def test_closed_stdin_is_a_one_line_usage_error(args):
+    res = _closed_stdin(*args)
+    err = res.stderr.decode()
+    assert res.returncode == 2 and res.stdout == b""
+    assert err.splitlines() == ["vllm-doctor: error: stdin is closed: give a log FILE, or pipe the log in "
+                                "(`vllm serve ... 2>&1 | vllm-doctor`)"], err
+
+
+def test_follow_stdin_is_a_one_line_usage_error_open_or_closed():
+    for res in (_closed_stdin("diagnose", "--follow", "-"), doctor("diagnose", "--follow", "-", stdin=b"x\n")):
+        err = res.stderr.decode()
+        assert res.returncode == 2 and len(err.splitlines()) == 1 and "--follow reads a file" in err, err
+
+
+def test_closed_stdin_does_not_stop_a_file_from_being_read(logs):
+    res = _closed_stdin(str(logs["kv.log"]), "--format", "json")
+    assert res.returncode == 1 and json.loads(res.stdout)["findings"][0]["rule"] == "kv-cache-too-small"

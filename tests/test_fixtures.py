@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from diagnoser.analysis.pipeline import diagnose
-from diagnoser.rules.selftest import close_enough
+from diagnoser.analysis.selftest import close_enough
 
 from .conftest import FIXTURES
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.rules.loader import builtin_rules, load_rule_file, load_rules
+from diagnoser.analysis.selftest import case_results, run_cases
+from diagnoser.rules.loader import builtin_rules, checked_builtin_rules, load_rule_file, load_rules
 from diagnoser.rules.model import RuleError
-from diagnoser.rules.selftest import case_results, run_cases
 from tests.rulepack import demo_rule
 from tests.rulepack import write_rule as write
 
@@ -41,8 +41,35 @@ def test_the_same_typo_in_advice_names_the_advice(tmp_path):
         load_rule_file(path)
 
 
-def test_every_shipped_rule_passes_the_helper_checks():
-    assert len(load_rules()) == len(builtin_rules()) > 0  # load_rules validates nothing new; the cache miss did
+def test_every_shipped_rule_passes_every_check_and_reads_the_same_unchecked():
+    """A run trusts the shipped rules (reads them without the checks): here they get every check a rule pack
+    gets, and the rules a run builds without them are the same, field by field, cases and regexes included."""
+    checked = checked_builtin_rules()
+    trusted = builtin_rules()
+    assert [r.id for r in trusted] == [r.id for r in checked] and len(checked) > 60
+    for fast, full in zip(trusted, checked, strict=True):
+        assert fast == full, fast.id
+        assert dict(fast.cases) == dict(full.cases), fast.id
+        assert [p.when_early for p in fast.patterns] == [p.when_early for p in full.patterns], fast.id
+        assert [p.regex.pattern for p in fast.patterns if p.source] == \
+            [p.regex.pattern for p in full.patterns if p.source], fast.id
+        assert [e.pattern.groupindex for e in fast.extractors] == [e.pattern.groupindex for e in full.extractors]
+
+
+def test_a_shipped_rule_compiles_its_regexes_and_reads_its_cases_on_first_use():
+    from diagnoser.rules.loader import builtin_rules_dir, shipped_rule
+
+    rule = shipped_rule(builtin_rules_dir() / "kv-cache-too-small.yaml")
+    assert all(p.compiled is None for p in rule.patterns) and all(e.compiled is None for e in rule.extractors)
+    assert rule.cases._parsed is None
+    assert rule.extractors[0].pattern.groupindex and rule.extractors[0].compiled is not None
+    assert rule.cases["match"] and rule.cases["near_miss"] and rule.cases._parsed is not None
+
+
+def test_a_rule_pack_is_checked_and_its_regexes_compiled_at_load(tmp_path):
+    rule = load_rule_file(write(tmp_path, PACK))
+    assert all(e.compiled is not None for e in rule.extractors) and isinstance(rule.cases, dict)
+    assert len(load_rules((tmp_path,))) == len(builtin_rules()) + 1
 
 
 def test_failures_carry_the_case_name(tmp_path):

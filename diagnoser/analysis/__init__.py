@@ -11,4 +11,6 @@
   - fold.py: an aggregate rule's repeated hits folded into one finding's figures, in constant memory.
 - advise.py: hits -> ranked findings, each with its advice and fixes computed from the numbers.
 - serving/: the serving phase over time (stats lines, access lines, /metrics scrapes).
+- selftest.py: a rule's inline cases (`cases.match`, `cases.near_miss`) run through the pipeline.
+- contract.py: a Report as the JSON contract (schema_version 1) every machine-readable format is built from.
 """

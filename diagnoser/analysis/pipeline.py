@@ -53,7 +53,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (schema_version 1): exactly what `--format json` prints for this input."""
-        from diagnoser.report.model import report_dict
+        from diagnoser.analysis.contract import report_dict
 
         return report_dict(self)
 

@@ -18,6 +18,7 @@ from diagnoser.cli.files import (
     open_inputs,
     refuse_compressed,
     refuse_output_over_inputs,
+    refuse_unusable_stdin,
     rules_with,
     write_report,
 )
@@ -286,6 +287,7 @@ def _run_live(files: tuple[str, ...], fmt: str, fail_on: str, exit_zero: bool, r
 @diagnose_options
 def diagnose_cmd(**kwargs: Any) -> None:
     """Diagnose vLLM log FILES (or stdin)."""
+    refuse_unusable_stdin(kwargs["files"], kwargs["follow"])
     sys.exit(run_diagnosis(**kwargs))
 
 
@@ -293,4 +295,5 @@ def diagnose_cmd(**kwargs: Any) -> None:
 @diagnose_options
 def check_cmd(**kwargs: Any) -> None:
     """CI gate: like diagnose, meant for a log captured from a smoke-test start of vLLM."""
+    refuse_unusable_stdin(kwargs["files"], kwargs["follow"])
     sys.exit(run_diagnosis(**kwargs, gate=True))

@@ -21,8 +21,23 @@ if TYPE_CHECKING:
     from diagnoser.rules.loader import Rule
 
 
+#: what a command says when it would read stdin and the process has none (started with `<&-`)
+NO_STDIN = "stdin is closed: give a log FILE, or pipe the log in (`vllm serve ... 2>&1 | vllm-doctor`)"
+
+
+def refuse_unusable_stdin(files: tuple[str, ...], follow: str | None = None, command: list[str] | None = None) -> None:
+    """A usage error, before anything waits on it: `--follow -` (stdin is read live without --follow), or
+    reading stdin when the process has none (started with stdin closed, `<&-`)."""
+    if follow == "-":
+        raise click.UsageError("--follow reads a file as it grows; stdin is read live without it "
+                               "(`vllm serve ... 2>&1 | vllm-doctor diagnose --until ready`)")
+    if sys.stdin is None and not follow and not command and (not files or "-" in files):
+        raise click.UsageError(NO_STDIN)
+
+
 def open_inputs(files: tuple[str, ...], errors: list[str] | None = None) -> list[tuple[str, BinaryIO]]:
     """Files or stdin; an unreadable path is a usage error naming it (collected in `errors` when given)."""
+    refuse_unusable_stdin(files)
     if not files:
         if sys.stdin is not None and sys.stdin.isatty():
             click.echo("Paste the vLLM log, then press Ctrl-D (Ctrl-Z Enter on Windows) to diagnose it.",

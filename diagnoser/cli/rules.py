@@ -55,7 +55,7 @@ def _pack_rules(rule_paths: tuple[str, ...], test_paths: tuple[str, ...]) -> lis
 
 def _test_rules(rules: list[Rule], test_paths: tuple[str, ...]) -> int:
     """`rules --test`: one line per case (ok / FAIL and why), a summary, exit 1 when any case fails."""
-    from diagnoser.rules.selftest import case_results
+    from diagnoser.analysis.selftest import case_results
 
     wanted = {str(q.resolve()) for p in test_paths
               for q in (sorted(Path(p).glob("*.yaml")) if Path(p).is_dir() else [Path(p)])}

@@ -31,7 +31,7 @@ class ScanOptions:
 
 def error_doc(path: str, kind: str, message: str) -> dict[str, Any]:
     """The document for a file that could not be diagnosed: same head as a report, `error` instead of findings."""
-    from diagnoser.report.model import SCHEMA_VERSION, TOOL
+    from diagnoser.analysis.contract import SCHEMA_VERSION, TOOL
 
     return {"schema_version": SCHEMA_VERSION, "tool": dict(TOOL), "input": {"path": path},
             "error": {"type": kind, "message": message}}
@@ -66,11 +66,11 @@ def _message(path: str, exc: BaseException) -> str:
 
 def scan_stream(raw: BinaryIO, path: str, opts: ScanOptions) -> list[dict[str, Any]]:
     """Every log in one (possibly compressed) byte stream, as JSON-contract documents."""
+    from diagnoser.analysis.contract import report_dict
     from diagnoser.analysis.pipeline import diagnose
     from diagnoser.api import resolve_rules
     from diagnoser.fleet.split import logs_in
     from diagnoser.ingest.sources import decompressed
-    from diagnoser.report.model import report_dict
 
     rules = resolve_rules(list(opts.rule_paths) or None)
     docs: list[dict[str, Any]] = []

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from diagnoser.analysis.advise import Advisor, Finding
+from diagnoser.analysis.contract import finding_dict
 from diagnoser.analysis.hits import Hit
 from diagnoser.analysis.matcher import Matcher
 from diagnoser.analysis.pipeline import Report, prefilter_for
@@ -34,7 +35,6 @@ from diagnoser.ingest.line import Line
 from diagnoser.ingest.reader import BLOCK, ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
 from diagnoser.live.tee import FileTee, Tee, tee_source, write_all
-from diagnoser.report.model import finding_dict
 from diagnoser.rules.model import Rule
 from diagnoser.vllm.stages import coarse
 

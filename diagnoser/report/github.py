@@ -18,9 +18,9 @@ import os
 import sys
 from typing import Any
 
+from diagnoser.analysis.contract import finding_dict
 from diagnoser.analysis.pipeline import Report
 from diagnoser.report import markdown, text
-from diagnoser.report.model import finding_dict
 from diagnoser.report.sanitize import no_commands
 from diagnoser.report.sarif import primary_location, relative_path
 

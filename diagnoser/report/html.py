@@ -14,8 +14,8 @@ import re
 from html import escape
 from typing import Any
 
+from diagnoser.analysis.contract import finding_dict
 from diagnoser.analysis.pipeline import Report
-from diagnoser.report.model import finding_dict
 from diagnoser.report.text import CONTEXT_KEYS, _fmt
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 720, 150, 56, 12, 26, 28

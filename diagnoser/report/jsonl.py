@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from diagnoser.analysis.contract import report_dict
 from diagnoser.analysis.pipeline import Report
-from diagnoser.report.model import report_dict
 
 
 def render(reports: list[Report], opts: dict[str, Any] | None = None) -> str:

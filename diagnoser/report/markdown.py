@@ -15,8 +15,9 @@ import json
 import re
 from typing import Any
 
+from diagnoser.analysis.contract import finding_dict, report_dict
 from diagnoser.analysis.pipeline import Report
-from diagnoser.report.model import finding_dict, report_dict, shown_numbers
+from diagnoser.report.model import shown_numbers
 from diagnoser.report.text import CONTEXT_KEYS, _fmt
 
 MAX_FINDINGS = 20

@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from diagnoser.analysis.contract import TOOL, report_dict
 from diagnoser.analysis.pipeline import Report
-from diagnoser.report.model import TOOL, report_dict
 
 SEVERITY = {"error": ("ERROR", 17), "warning": ("WARN", 13), "info": ("INFO", 9)}
 EXCEPTION = re.compile(

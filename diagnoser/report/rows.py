@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from diagnoser.analysis.contract import NO_VLLM
+
 #: the JSON contract's main facts (README "JSON contract"), each a column (a number or empty)
 FACT_COLUMNS = (
     "max_model_len", "required_gib", "available_gib", "estimated_max_model_len", "gpu_total_gib",
@@ -46,10 +48,6 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
-
-
-#: how every format's note on an input with no vLLM line begins (report.model.no_vllm_note)
-NO_VLLM = "no vLLM log found"
 
 
 def is_not_vllm(doc: dict[str, Any]) -> bool:

@@ -24,8 +24,8 @@ from typing import Any
 from urllib.parse import quote
 
 from diagnoser.analysis.advise import Finding
+from diagnoser.analysis.contract import SCHEMA_VERSION, TOOL, finding_dict, report_dict
 from diagnoser.analysis.pipeline import Report
-from diagnoser.report.model import SCHEMA_VERSION, TOOL, finding_dict, report_dict
 from diagnoser.rules.model import Rule
 
 SARIF_VERSION = "2.1.0"

@@ -8,8 +8,9 @@ import textwrap
 from typing import Any
 
 from diagnoser.analysis.advise import Finding
+from diagnoser.analysis.contract import no_vllm_note
 from diagnoser.analysis.pipeline import Report
-from diagnoser.report.model import no_vllm_note, shown_numbers
+from diagnoser.report.model import shown_numbers
 
 COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m", "dim": "\x1b[2m",
           "bold": "\x1b[1m", "reset": "\x1b[0m"}

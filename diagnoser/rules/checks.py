@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from diagnoser.analysis.serving.facts import SERIES_FACTS
 from diagnoser.rules.model import (
     AGGREGATES,
+    DEFAULT_THRESHOLD,
     FACT_TYPES,
+    SERIES_FACTS,
     SEVERITIES,
     Extractor,
     Fix,
@@ -27,6 +28,8 @@ from diagnoser.rules.model import (
     Rule,
     RuleError,
     TimedPattern,
+    compile_regex,
+    derive_keywords,
 )
 from diagnoser.rules.regexcheck import catastrophic
 from diagnoser.vllm.stages import STAGES
@@ -50,14 +53,6 @@ MATCH_CASE_KEYS = {"name", "text", "facts", "stage", "context", "advice_contains
                    "wins_over"}
 NEAR_MISS_KEYS = {"name", "text", "stage"}
 
-#: Words too common in vLLM logs to make a useful prefilter keyword.
-STOPWORDS = {
-    "request", "requests", "tokens", "token", "model", "models", "engine", "initializing", "memory", "cache",
-    "please", "increasing", "decreasing", "should", "which", "their", "there", "would", "could", "because",
-    "during", "before", "after", "while", "other", "available", "number", "maximum", "current", "config",
-    "warning", "information", "process", "processes", "error", "using", "initialization", "following",
-}
-
 #: Names every template may use besides the rule's facts.
 TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks", "command", "stage", "level",
                     "none", "true", "false", "loop", "range", "min", "max", "round", "int", "float", "abs",
@@ -66,16 +61,6 @@ TEMPLATE_GLOBALS = {"ctx", "mem", "fn", "facts", "severity", "rule_id", "ranks",
 #: Facts the engine fills for a rule that declares them (no regex group needed): `cause` and `cause_line`, the
 #: exception printed before a message that only reports a death; `last_stats`, the stats line before a hit.
 FILLED_FACTS = {"cause", "cause_line", "last_stats"}
-
-DEFAULT_THRESHOLD = 85.0
-
-
-def derive_keywords(phrase: str) -> list[str]:
-    """Distinctive words of a phrase: what a line must contain before it is fuzzy-matched."""
-    words = re.findall(r"[A-Za-z_][A-Za-z_'-]{4,}", phrase)
-    ranked = sorted({w.lower().strip("'") for w in words if w.lower() not in STOPWORDS}, key=len, reverse=True)
-    return ranked[:3] or [phrase.lower()[:24]]
-
 
 def _expr_names(env: RuleSandbox, source: Any, path: str, key: str, expression: bool = True) -> set[str]:
     """The names an expression (derive, when) or, with `expression=False`, a template (advice, fixes) reads,
@@ -182,7 +167,7 @@ def _compile(source: Any, path: str, key: str, trusted: bool = False) -> Any:
     if not isinstance(source, str):
         raise RuleError(path, key, f"a regex is a string, not {type(source).__name__}")
     try:
-        compiled = regex.compile(source, regex.V0)
+        compiled = compile_regex(source)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise RuleError(path, key, f"regex does not compile: {exc}") from None
     problem = catastrophic(source)
@@ -318,7 +303,8 @@ def _pattern(item: Any, env: RuleSandbox, path: str, key: str, trusted: bool) ->
     when = item.get("when")
     if when:
         _expr_names(env, when, path, f"{key}.when")
-    return Pattern(phrase=phrase, regex=compiled, threshold=threshold, keywords=[str(k) for k in keywords],
+    return Pattern(phrase=phrase, source=rx or None, compiled=compiled, threshold=threshold,
+                   keywords=[str(k) for k in keywords],
                    generic=bool(item.get("generic")), stages=stages, when=when,
                    catalog=list(item.get("catalog") or []), series=series,
                    components=_components(item.get("components"), path, key))
@@ -348,7 +334,7 @@ def _extractors(data: dict[str, Any], path: str, trusted: bool) -> list[Extracto
         compiled = _compile(source, path, key, trusted)
         if not compiled.groupindex:
             raise RuleError(path, key, "an extract regex needs named groups (?P<name>...)")
-        extractors.append(Extractor(compiled))
+        extractors.append(Extractor(source, compiled))
     return extractors
 
 

@@ -15,6 +15,7 @@ from rapidfuzz import fuzz, process
 from diagnoser import datafiles
 from diagnoser.vllm import flags, memory, releases, serve_args, units, weights
 from diagnoser.vllm.modelspec import SpecError, load_model, model_names
+from diagnoser.vllm.timestamps import later_time, vllm_time_seconds
 
 
 def hyphen(flag: str) -> str:
@@ -368,17 +369,14 @@ def _longtail() -> dict[str, Any]:
 def seconds_between(start: str | None, end: str | None) -> int | None:
     """Seconds from one vLLM timestamp to a later one: ('01-18 20:15:59', '01-18 20:33:11') -> 1032.
 
-    vLLM prints MM-DD HH:MM:SS without a year; read as the serving series' clock reads it (clock.Clock: an
-    end far before the start is in the next year, a log across New Year).
+    vLLM prints MM-DD HH:MM:SS without a year; read as the serving series' clock reads it (vllm/timestamps.py:
+    an end far before the start is in the next year, a log across New Year).
     """
-    from diagnoser.analysis.serving.clock import NEW_YEAR_GAP, vllm_time_seconds
-
-    a, b = (vllm_time_seconds((text or "")[:14]) for text in (start, end))
+    a = vllm_time_seconds((start or "")[:14])
+    b, _ = later_time((end or "")[:14], 2000, a)
     if a is None or b is None:
         return None
-    if b < a - NEW_YEAR_GAP:
-        b = vllm_time_seconds((end or "")[:14], 2001)
-    delta = int(b - a) if b is not None else -1
+    delta = int(b - a)
     return delta if delta >= 0 else None
 
 

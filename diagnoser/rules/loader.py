@@ -1,17 +1,31 @@
 """Loading rules: the shipped rules once per process, and rule files or folders given with `--rules`.
 
-Each file is read as YAML and checked into a `Rule` (checks.py); ids must be unique across everything
-loaded, and every `overrides` must name a loaded rule. Unreadable files and invalid YAML are `RuleError`s
-too, naming the file and the line.
+A rule pack's file is read as bounded YAML and checked into a `Rule` (checks.py); ids must be unique across
+everything loaded, and every `overrides` must name a loaded rule. Unreadable files and invalid YAML are
+`RuleError`s too, naming the file and the line.
+
+The shipped rules are checked by the test suite (`checked_builtin_rules`, every CI run), not on every run:
+`builtin_rules` reads them as they are, their regexes compiled on first use and their `cases:` parsed only
+when a test or `rules --test` reads them.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from diagnoser.rules.checks import parse_rule
-from diagnoser.rules.model import Rule, RuleError
+from diagnoser.rules.model import (
+    DEFAULT_THRESHOLD,
+    Extractor,
+    Fix,
+    InlineCases,
+    Pattern,
+    Rule,
+    RuleError,
+    derive_keywords,
+)
 
 
 def load_rule_file(path: Path, trusted: bool = False) -> Rule:
@@ -20,7 +34,7 @@ def load_rule_file(path: Path, trusted: bool = False) -> Rule:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(str(path), "(file)", f"cannot read: {exc}") from None
-    import yaml  # here, not at the top: a run with the cached rules never parses YAML
+    import yaml
 
     from diagnoser import safeyaml
 
@@ -30,6 +44,8 @@ def load_rule_file(path: Path, trusted: bool = False) -> Rule:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(yaml)"
         raise RuleError(str(path), where, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    from diagnoser.rules.checks import parse_rule  # a rule pack's file: every check
+
     return parse_rule(data, str(path), trusted)
 
 
@@ -97,7 +113,83 @@ def load_pack(pack: tuple[Path, ...], extra: tuple[Path, ...] = ()) -> tuple[lis
 
 @lru_cache(maxsize=1)
 def builtin_rules() -> tuple[Rule, ...]:
-    """The shipped rules, loaded once per process (their regexes run untimed: the suite checks each one)."""
+    """The shipped rules, loaded once per process and trusted: the suite runs every check on them
+    (`checked_builtin_rules`), so a run only reads them; their regexes run untimed."""
+    rules = {}
+    for path in sorted(builtin_rules_dir().glob("*.yaml")):
+        rule = shipped_rule(path)
+        if rule.id in rules:
+            raise RuleError(str(path), "id", f"{rule.id!r} is already defined in {rules[rule.id].path}")
+        rules[rule.id] = rule
+    return tuple(rules.values())
+
+
+def checked_builtin_rules() -> tuple[Rule, ...]:
+    """The shipped rules with every check a rule pack gets (the suite's and CI's; never cached)."""
     loaded: dict[str, Rule] = {}
     _add_rules(loaded, sorted(builtin_rules_dir().glob("*.yaml")), trusted=True)
     return tuple(loaded.values())
+
+
+#: `cases:` as the last top-level key of a rule file (all the shipped ones end with it)
+_LAST_CASES = re.compile(r"^cases:.*\Z", re.MULTILINE | re.DOTALL)
+_TOP_KEY = re.compile(r"^[A-Za-z_]+:", re.MULTILINE)
+
+
+def shipped_rule(path: Path) -> Rule:
+    """A shipped rule file built into a Rule without the checks (checked_builtin_rules runs them in the
+    suite): its regexes compiled on first use, its trailing `cases:` kept as text until read."""
+    from diagnoser.datafiles import yaml_load
+
+    text = path.read_text(encoding="utf-8")
+    found = _LAST_CASES.search(text)
+    cases_text = found.group(0) if found and not _TOP_KEY.search(text, found.start() + 1) else None
+    data = yaml_load(text[:found.start()] if cases_text else text)
+    cases: Any = InlineCases(cases_text) if cases_text else _plain_cases(data.get("cases") or {})
+    stage = data.get("stage")
+    stages = list(stage) if isinstance(stage, list) else ([stage] if stage is not None else [])
+    derive = dict(data.get("derive") or {})
+    return Rule(
+        id=data["id"], title=data["title"], severity=data["severity"],
+        stage=stages[0] if stages else None, stage_choices=tuple(stages), fine_stage=data.get("fine_stage"),
+        patterns=[_shipped_pattern(item, derive) for item in data["match"]],
+        extractors=[Extractor(x["regex"] if isinstance(x, dict) else x) for x in data.get("extract") or []],
+        facts=dict(data.get("facts") or {}), derive=derive, when=data.get("when"),
+        aggregate=dict(data.get("aggregate") or {}), advice=data["advice"],
+        fixes=[Fix(flag=f.get("flag"), value=str(f.get("value", "")), reason=str(f.get("reason", "")),
+                   when=f.get("when"), env=f.get("env"), diagnostic=bool(f.get("diagnostic", False)))
+               for f in data.get("fixes") or []],
+        explanation=data["explanation"], references=list(data.get("references") or []), cases=cases,
+        fallback=bool(data.get("fallback")), path=str(path), catalog=list(data.get("catalog") or []),
+        overrides=tuple(data.get("overrides") or ()), explains=tuple(data.get("explains") or ()),
+        keep_when=data.get("keep_when"), context=bool(data.get("context")), wrapper=bool(data.get("wrapper")),
+    )
+
+
+def _plain_cases(cases: dict[str, Any]) -> dict[str, list[Any]]:
+    return {"match": list(cases.get("match") or []), "near_miss": list(cases.get("near_miss") or [])}
+
+
+def _shipped_pattern(item: dict[str, Any], derive: dict[str, str]) -> Pattern:
+    phrase, series, when = item.get("phrase"), item.get("series"), item.get("when")
+    threshold = item.get("threshold")
+    keywords = [] if series else (item.get("keywords") or derive_keywords(phrase))
+    stages = item.get("stages")
+    components = item.get("components")
+    return Pattern(phrase=phrase, source=item.get("regex"),
+                   threshold=DEFAULT_THRESHOLD if threshold is None else float(threshold),
+                   keywords=[str(k) for k in keywords], generic=bool(item.get("generic")),
+                   stages=None if stages is None else tuple(stages), when=when,
+                   catalog=list(item.get("catalog") or []), series=series,
+                   components=None if components is None else tuple(components),
+                   when_early=bool(when) and not names_read(when) & set(derive))
+
+
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+
+
+def names_read(expression: str) -> set[str]:
+    """The words an expression may read as names: each identifier outside string literals and not after a
+    dot (a superset of what jinja2's parser finds; enough to tell whether a `when` reads a derived fact)."""
+    return set(_NAME.findall(_STRING.sub("''", expression)))

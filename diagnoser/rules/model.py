@@ -10,6 +10,8 @@ reads them from files).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,36 @@ SEVERITIES = ("error", "warning", "info")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 FACT_TYPES = ("int", "float", "str", "gib", "size", "bytes", "list")
 AGGREGATES = ("max", "min", "sum", "first", "last", "count", "list", "distinct")
+_WINDOW_FACTS = ("start", "end", "seconds", "peak_kv_usage_pct", "max_waiting", "preemptions", "engine", "points",
+                 "kv_usage_pct", "waiting", "running", "series_preemptions", "source", "_window", "_finished",
+                 "_interval", "_serving_seconds", "_saturated_seconds")
+#: What a rule's `series: KIND` entry matches, and the facts each match carries.
+SERIES_FACTS: dict[str, tuple[str, ...]] = {
+    "saturation": _WINDOW_FACTS,
+    "queue-growth": (*_WINDOW_FACTS, "growth_per_min", "sustained_gen_tps", "recovered"),
+    "throughput-collapse": (*_WINDOW_FACTS, "baseline_gen_tps", "collapsed_gen_tps", "cause"),
+    "error-burst": (*_WINDOW_FACTS, "errors", "requests", "status_codes", "error_rate_pct"),
+    "prefix-cache": ("prefix_hit_pct", "max_prefix_hit_pct", "points", "seconds", "engine", "peak_kv_usage_pct",
+                     "source", "_serving_seconds", "_saturated_seconds"),
+}
+
+
+#: Words too common in vLLM logs to make a useful prefilter keyword.
+STOPWORDS = {
+    "request", "requests", "tokens", "token", "model", "models", "engine", "initializing", "memory", "cache",
+    "please", "increasing", "decreasing", "should", "which", "their", "there", "would", "could", "because",
+    "during", "before", "after", "while", "other", "available", "number", "maximum", "current", "config",
+    "warning", "information", "process", "processes", "error", "using", "initialization", "following",
+}
+
+DEFAULT_THRESHOLD = 85.0
+
+
+def derive_keywords(phrase: str) -> list[str]:
+    """Distinctive words of a phrase: what a line must contain before it is fuzzy-matched."""
+    words = re.findall(r"[A-Za-z_][A-Za-z_'-]{4,}", phrase)
+    ranked = sorted({w.lower().strip("'") for w in words if w.lower() not in STOPWORDS}, key=len, reverse=True)
+    return ranked[:3] or [phrase.lower()[:24]]
 
 
 class RuleError(InputError, ValueError):
@@ -37,7 +69,8 @@ class Pattern:
     """One way a rule recognises its message."""
 
     phrase: str | None
-    regex: regex.Pattern[str] | None
+    #: the regex's text (None for a phrase or a series); `regex` is it compiled
+    source: str | None
     threshold: float
     keywords: list[str]
     generic: bool
@@ -46,18 +79,37 @@ class Pattern:
     catalog: list[str]
     #: `when` names only extracted facts: it can be tested before the (costlier) derived facts exist
     when_early: bool = False
-    #: a window kind of the serving series (facts.SERIES_FACTS): matched once per window, not per line
+    #: a window kind of the serving series (SERIES_FACTS): matched once per window, not per line
     series: str | None = None
     #: components (data/places.yaml) the line's traceback must point at (analysis/frames.py); None: any line
     components: tuple[str, ...] | None = None
+    #: the compiled regex: given at load for a rule pack (checked and timed), else compiled on first use
+    compiled: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def regex(self) -> regex.Pattern[str] | None:
+        """The compiled regex (None for a phrase or a series): a shipped rule's on first use, as most
+        patterns never see a line holding their keywords."""
+        if self.compiled is None and self.source is not None:
+            self.compiled = compile_regex(self.source)
+        return self.compiled
 
 
 @dataclass
 class Extractor:
     """A regex whose named groups become facts; `tolerant` also finds it across wrapped lines."""
 
-    pattern: regex.Pattern[str]
-    _tolerant: regex.Pattern[str] | None = None
+    source: str
+    #: the compiled regex: given at load for a rule pack (checked and timed), else compiled on first use
+    compiled: Any = field(default=None, repr=False, compare=False)
+    _tolerant: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def pattern(self) -> regex.Pattern[str]:
+        """The compiled regex (a shipped rule's on first use: extractors run only after their rule matched)."""
+        if self.compiled is None:
+            self.compiled = compile_regex(self.source)
+        return self.compiled
 
     @property
     def tolerant(self) -> regex.Pattern[str]:
@@ -65,6 +117,11 @@ class Extractor:
         if self._tolerant is None:
             self._tolerant = wrap_tolerant(self.pattern)
         return self._tolerant
+
+
+def compile_regex(source: str) -> regex.Pattern[str]:
+    """A rule's regex compiled, the one way (the `regex` module's version 0: `re`'s behaviour)."""
+    return regex.compile(source, regex.V0)
 
 
 #: Seconds one search of a rule pack's regex may take (the regex module stops it at about twice this).
@@ -131,7 +188,8 @@ class Rule:
     fixes: list[Fix]
     explanation: str
     references: list[str]
-    cases: dict[str, list[Any]]
+    #: `match` and `near_miss` lists (a shipped rule's are parsed on first look: InlineCases)
+    cases: Mapping[str, list[Any]]
     fallback: bool
     path: str
     catalog: list[str] = field(default_factory=list)
@@ -167,6 +225,32 @@ class Rule:
         if self.aggregate:
             names |= {"hits", "first_time", "last_time", "first_line", "last_line"}
         return names
+
+
+class InlineCases(Mapping[str, list[Any]]):
+    """A shipped rule's `cases:` (its YAML text), parsed on first look: only the tests and `rules --test` read
+    them, and they are over a third of the rule files."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._parsed: dict[str, list[Any]] | None = None
+
+    def _cases(self) -> dict[str, list[Any]]:
+        if self._parsed is None:
+            from diagnoser.datafiles import yaml_load
+
+            cases = (yaml_load(self._text) or {}).get("cases") or {}
+            self._parsed = {"match": list(cases.get("match") or []), "near_miss": list(cases.get("near_miss") or [])}
+        return self._parsed
+
+    def __getitem__(self, key: str) -> list[Any]:
+        return self._cases()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cases())
+
+    def __len__(self) -> int:
+        return len(self._cases())
 
 
 def wrap_tolerant(pattern: Any) -> Any:

@@ -75,7 +75,7 @@ CASE_PATHS += [("cases", "near_miss", 0), ("cases", "near_miss", 0, "text")]
 @pytest.mark.parametrize("path", CASE_PATHS, ids=[".".join(map(str, p)) for p in CASE_PATHS])
 def test_wrong_typed_case_fields_are_rule_errors_not_crashes_of_rules_test(path):
     """A rule pack's cases run under `rules --test`: `facts: [1]` or `stage: [x]` there crashed it."""
-    from diagnoser.rules.selftest import run_cases
+    from diagnoser.analysis.selftest import run_cases
 
     base = copy.deepcopy(BASE)
     base["cases"]["near_miss"][0] = {"text": base["cases"]["near_miss"][0]["text"]} \

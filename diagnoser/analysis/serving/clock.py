@@ -1,54 +1,24 @@
 """The log's own clock: a line's time in seconds, and a time printed back as the log would print it.
 
-vLLM's header time has no year (`05-01 10:00:10`): a year-less clock counts from 2000 (a leap year, so 02-29
-parses) and steps a year when the date runs backwards (a log across New Year). A shipper's ISO time carries
+vLLM's header time has no year (`05-01 10:00:10`): it is read by vllm/timestamps.py, counting from 2000 and
+stepping a year when the date runs backwards (a log across New Year). A shipper's ISO time carries
 the year. One clock serves a whole log, chosen by its first timed line.
 """
 
 from __future__ import annotations
 
 import calendar
-import datetime
 import re
-from functools import lru_cache
 
 from diagnoser.ingest.line import Line
+from diagnoser.vllm.timestamps import VLLM_TIME, later_time
 
 ISO_TIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
-VLLM_TIME = re.compile(r"^(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$")
-
-#: A year-less time this far before the previous one is in the next year (a log across New Year).
-NEW_YEAR_GAP = 180 * 86400
-
-
-@lru_cache(maxsize=4096)  # a dense log repeats each second on several lines
-def vllm_time_seconds(text: str, year: int = 2000) -> float | None:
-    """vLLM's year-less header time as seconds since the epoch, in `year`: '01-18 20:15:59' -> 948226559.0
-    (year 2000, a leap year, so 02-29 parses); None for another shape or an impossible date."""
-    m = VLLM_TIME.match(text)
-    if not m:
-        return None
-    mo, d, h, mi, s = map(int, m.groups())
-    days = _month_start(year, mo)
-    # calendar.timegm's own arithmetic (linear in the day and the time), the month's start computed once
-    return None if days is None else float((((days + d - 1) * 24 + h) * 60 + mi) * 60 + s)
-
-
-@lru_cache(maxsize=1024)
-def _month_start(year: int, month: int) -> int | None:
-    """Days from the epoch to a month's first day (None: no such month), as calendar.timegm counts them."""
-    try:
-        return datetime.date(year, month, 1).toordinal() - _EPOCH_ORDINAL
-    except (ValueError, OverflowError):
-        return None
-
-
-_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
 
 
 class Clock:
-    """The log's own clock -> seconds. vLLM's header has no year: a year-less clock counts from 2000 (a leap
-    year, so 02-29 parses) and steps a year when the date runs backwards (a log across New Year)."""
+    """The log's own clock -> seconds: vLLM's year-less header time (vllm/timestamps.py) or a shipper's ISO
+    time, whichever the log's first timed line carries."""
 
     def __init__(self) -> None:
         self.year_known = False
@@ -62,11 +32,7 @@ class Clock:
         whatever shipper wrapped the line), else a shipper's ISO time (which carries the year)."""
         if line.timestamp and self.source != "iso" and VLLM_TIME.match(line.timestamp):
             self.source = "vllm"
-            before = self._last
-            t = vllm_time_seconds(line.timestamp, self._year)
-            if t is not None and before is not None and t < before - NEW_YEAR_GAP:
-                self._year += 1
-                t = vllm_time_seconds(line.timestamp, self._year)
+            t, self._year = later_time(line.timestamp, self._year, self._last)
             if t is not None:
                 self._last = t
             return t

@@ -1,8 +1,8 @@
 """What a rule's `series:` entry sees of a window: the facts each kind of window carries, computed from it.
 
-`SERIES_FACTS` is the contract the rule loader checks a rule's names against; `window_facts` gives them for one
-window, and `LocalFacts` the same facts lazily (the series asks whether any rule may report each window as it
-closes, before the clock can label it).
+`rules.model.SERIES_FACTS` is the contract the rule loader checks a rule's names against; `window_facts` gives
+them for one window, and `LocalFacts` the same facts lazily (the series asks whether any rule may report each
+window as it closes, before the clock can label it).
 """
 
 from __future__ import annotations
@@ -13,18 +13,6 @@ from typing import Any
 from diagnoser.analysis.serving.clock import Clock
 from diagnoser.analysis.serving.detectors import Window
 
-_WINDOW_FACTS = ("start", "end", "seconds", "peak_kv_usage_pct", "max_waiting", "preemptions", "engine", "points",
-                 "kv_usage_pct", "waiting", "running", "series_preemptions", "source", "_window", "_finished",
-                 "_interval", "_serving_seconds", "_saturated_seconds")
-#: What a rule's `series: KIND` entry matches, and the facts each match carries.
-SERIES_FACTS: dict[str, tuple[str, ...]] = {
-    "saturation": _WINDOW_FACTS,
-    "queue-growth": (*_WINDOW_FACTS, "growth_per_min", "sustained_gen_tps", "recovered"),
-    "throughput-collapse": (*_WINDOW_FACTS, "baseline_gen_tps", "collapsed_gen_tps", "cause"),
-    "error-burst": (*_WINDOW_FACTS, "errors", "requests", "status_codes", "error_rate_pct"),
-    "prefix-cache": ("prefix_hit_pct", "max_prefix_hit_pct", "points", "seconds", "engine", "peak_kv_usage_pct",
-                     "source", "_serving_seconds", "_saturated_seconds"),
-}
 
 class LocalFacts(Mapping[str, Any]):
     """`window_facts(w, None, {}, None)`, each fact computed when asked: the series asks whether a rule may

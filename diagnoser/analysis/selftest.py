@@ -60,21 +60,45 @@ def case_results(rule: Rule, rules: tuple[Rule, ...] | list[Rule] | None = None)
     """
     rules = _with_rule(rule, rules)
     results: list[tuple[str, str]] = []
-    through: dict[int, list[tuple[str, bool]]] = {}  # pattern index -> (case, named) whose finding came through it
+    used: list[tuple[dict[str, Any], set[int]]] = []
     for i, case in enumerate(rule.cases.get("match", [])):
-        name = case_name(case, "match", i)
-        report, used = _diagnose_case(rule, case, rules)
-        for index in used:
-            through.setdefault(index, []).append((name, bool(case.get("name"))))
-        results.append((name, _match_failures(rule, case, name, report)))
-    for i, text in enumerate(rule.cases.get("near_miss", [])):
-        case = text if isinstance(text, dict) else {"text": text}
-        name = case_name(case, "near_miss", i)
-        report = diagnose_text(case_text(case), rules)
-        bad = any(f.rule.id == rule.id for f in report.findings)
-        results.append((name, f"{rule.id}: {name} matched but must not: {str(case['text'])[:120]}" if bad else ""))
-    results.extend(_coverage(rule, rules, through))
+        name, failure, through = match_case(rule, i, rules)
+        results.append((name, failure))
+        used.append((case, through))
+    results.extend(near_miss_case(rule, i, rules) for i in range(len(rule.cases.get("near_miss", []))))
+    results.extend(coverage(rule, used, rules))
     return results
+
+
+def match_case(rule: Rule, i: int, rules: tuple[Rule, ...] | list[Rule] | None = None) -> tuple[str, str, set[int]]:
+    """Match case `i` of a rule: its name, its failure ("" when it passes) and the indexes of the match
+    patterns its finding came through."""
+    rules = _with_rule(rule, rules)
+    case = rule.cases["match"][i]
+    name = case_name(case, "match", i)
+    report, used = _diagnose_case(rule, case, rules)
+    return name, _match_failures(rule, case, name, report), used
+
+
+def near_miss_case(rule: Rule, i: int, rules: tuple[Rule, ...] | list[Rule] | None = None) -> tuple[str, str]:
+    """Near-miss `i` of a rule: its name, and its failure ("" when the rule does not match it)."""
+    text = rule.cases["near_miss"][i]
+    case = text if isinstance(text, dict) else {"text": text}
+    name = case_name(case, "near_miss", i)
+    report = diagnose_text(case_text(case), _with_rule(rule, rules))
+    bad = any(f.rule.id == rule.id for f in report.findings)
+    return name, f"{rule.id}: {name} matched but must not: {str(case['text'])[:120]}" if bad else ""
+
+
+def coverage(rule: Rule, used: list[tuple[dict[str, Any], set[int]]],
+             rules: tuple[Rule, ...] | list[Rule] | None = None) -> list[tuple[str, str]]:
+    """A ("match[i] coverage", failure) for each match pattern no named case exercises, given each match case
+    and the patterns its finding came through (match_case's third value)."""
+    through: dict[int, list[tuple[str, bool]]] = {}
+    for i, (case, indexes) in enumerate(used):
+        for index in indexes:
+            through.setdefault(index, []).append((case_name(case, "match", i), bool(case.get("name"))))
+    return _coverage(rule, _with_rule(rule, rules), through)
 
 
 def _with_rule(rule: Rule, rules: tuple[Rule, ...] | list[Rule] | None) -> tuple[Rule, ...]:
@@ -126,7 +150,7 @@ def describe(pattern: Pattern) -> str:
     """A pattern as its file spells it, shortened: phrase 'CUDA out of memory', regex '...', series kv_ramp."""
     if pattern.series:
         return f"series {pattern.series}"
-    text = pattern.phrase if pattern.phrase is not None else getattr(pattern.regex, "pattern", "")
+    text = pattern.phrase if pattern.phrase is not None else pattern.source or ""
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{'phrase' if pattern.phrase is not None else 'regex'} {text!r}"
 
