@@ -274,7 +274,10 @@ def test_accuracy_against_real_startups():
     data = bench.load()
     assert len(data["kv_pairs"]) >= 30
     assert all(p["source"].startswith("https://") for group in data.values() for p in group)
-    rows = bench.kv_errors(data)
+    # in sample: the start-ups the coefficients were read off; those added later and never fitted on are scored
+    # out of sample in tests/test_truth_set.py
+    fitted = {**data, "kv_pairs": [p for p in data["kv_pairs"] if not p.get("new")]}
+    rows = bench.kv_errors(fitted)
     stats = bench.kv_summary(rows)
     median, p90, worst = stats["planner"]
     assert median <= 0.05, rows     # issue 15 targets: median <= 5%, p90 <= 15%, worst <= 30%
