@@ -36,6 +36,7 @@ from diagnoser.vllm import memory as mem
 from diagnoser.vllm import releases, serve_args, sizing
 from diagnoser.vllm.modelspec import GpuSpec, ModelSpec, load_model
 from diagnoser.vllm.releases import Version, version_str
+from diagnoser.vllm.what_if import length_table, what_if
 
 
 class Echo(Protocol):
@@ -217,7 +218,7 @@ def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequen
     verdict = verdict_for(res, gpu, version, inp.dtype, inp.max_model_len is not None)
     min_conc = opts["min_concurrency"]
     ok = verdict.starts and (min_conc is None or res.max_concurrency >= min_conc)
-    rows = sizing.what_if(inp, res)
+    rows = what_if(inp, res)
     changes, fix_note = suggest_changes(res, verdict, rows, min_conc)
     model = cmd.model or (str(got["model"]) if spec.source.startswith("config.json") else spec.arch.name)
     # a suggestion that changes nothing would repeat the failing command: say what to do instead
@@ -225,7 +226,7 @@ def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequen
                 if changes or fix_note == "no change needed" else serve_args.Rendered(None))
     data = {**_data(spec, gpu, res, verdict, min_conc, ok), "measured": _measured(ctx),
             "assumptions": assumptions_for(spec, gpu, res, got), "what_if": rows,
-            "lengths": sizing.length_table(inp, res), "command": rendered.text, "command_note": fix_note,
+            "lengths": length_table(inp, res), "command": rendered.text, "command_note": fix_note,
             "notes": [*extra_notes, *version_notes, *cmd_notes, *spec.notes, *rendered.notes],
             **({"release_range": span.as_json()} if span is not None else {})}
     text = render_text(data, res, spec, gpu, verdict) if opts["fmt"] != "json" else ""
