@@ -4,6 +4,9 @@
 
 Every import counts, also one inside a function (it is still an arrow a reader must follow) and one under
 TYPE_CHECKING. Each failure names the module, the line and the import.
+
+Also the package's shape (issue 27): no module over 600 lines, at most 10 modules at its root. The complexity
+bound (25 a function) is ruff's C901, set in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -127,3 +130,21 @@ def test_an_upward_import_is_named_with_its_module_and_line():
         "diagnoser.vllm.x:3 imports diagnoser.analysis.pipeline"]
     assert offending(planted, "report", forbidden=MUST_NOT_IMPORT["report"]) == [
         "diagnoser.report.z:5 imports diagnoser.cli.main"]
+
+
+#: issue 27: a module a newcomer can read in one sitting, and a package root that stays a short list
+MAX_MODULE_LINES = 600
+MAX_TOP_LEVEL_MODULES = 10
+
+
+def test_no_module_is_over_600_lines():
+    sizes = {str(p.relative_to(PACKAGE.parent)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in sorted(PACKAGE.rglob("*.py"))}
+    assert len(sizes) > 50  # the walk sees the package
+    over = [f"{path}: {n} lines" for path, n in sizes.items() if n > MAX_MODULE_LINES]
+    assert over == [], "split these (one job a module):\n" + "\n".join(over)
+
+
+def test_the_package_root_holds_at_most_10_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert "api.py" in top and len(top) <= MAX_TOP_LEVEL_MODULES, top

@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from diagnoser.live.sources import FollowSource, PipeSource
 from diagnoser.live.tee import FileTee, PipeTee
-from diagnoser.live.watch import FollowSource, LiveOptions, PipeSource, Watch
+from diagnoser.live.watch import LiveOptions, Watch
 from diagnoser.rules.loader import builtin_rules
 
 from .conftest import FIXTURES

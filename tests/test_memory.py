@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from diagnoser.vllm import archspec, kvcache, profiling, releases, sizing, weights
+from diagnoser.vllm import archspec, coefficients, kvcache, profiling, releases, sizing, weights
 from diagnoser.vllm import memory as mem
 from diagnoser.vllm.modelspec import arch_from_config, arch_from_preset, load_model, load_models
+from diagnoser.vllm.what_if import what_if
 
 GIB = 1 << 30
 
@@ -205,7 +206,7 @@ def test_release_defaults():
     assert d("max_num_batched_tokens", v("0.7.3"), max_model_len=8192, gpu_gib=39.4) == 8192     # V0: max(len, 2048)
     assert d("max_num_batched_tokens", v("0.7.3"), max_model_len=131072, gpu_gib=39.4) == 2048   # V0 chunked prefill
     assert d("max_num_batched_tokens", v("0.10.0"), max_model_len=2048, gpu_gib=23.7, gpu_name="RTX 3090") == 2048
-    assert sizing.graphs_budgeted(v("0.20.0")) and not sizing.graphs_budgeted(v("0.19.1"))
+    assert coefficients.graphs_budgeted(v("0.20.0")) and not coefficients.graphs_budgeted(v("0.19.1"))
 
 
 def test_what_if_rows_and_given_numbers():
@@ -213,7 +214,7 @@ def test_what_if_rows_and_given_numbers():
     inp = sizing.PlanInput(arch=a, gpu_bytes=24e9, gpu_memory_utilization=0.92, weights=16e9, overhead=1.5e9,
                         max_model_len=16384)
     res = sizing.plan_memory(inp)
-    rows = {r["label"]: r for r in sizing.what_if(inp, res)}
+    rows = {r["label"]: r for r in what_if(inp, res)}
     assert abs(rows["fp8 KV cache"]["kv_cache_tokens"] - 2 * res.kv_cache_tokens) <= 16  # block rounding
     assert rows["--gpu-memory-utilization 0.95"]["kv_cache_bytes"] == pytest.approx(4.58e9 + 0.03 * 24e9, rel=1e-6)
     # a given weight size scales with the estimate: 4-bit linear layers + 16-bit embeddings = 36% of 16-bit here
@@ -243,22 +244,22 @@ def _inp(name: str, **kw) -> sizing.PlanInput:
 
 
 def test_sampler_coefficient_by_release_and_flashinfer():
-    assert sizing.sampler_bytes_per_logit((0, 7, 3)) == 39
-    assert sizing.sampler_bytes_per_logit((0, 19, 0)) == pytest.approx(15.4)
+    assert coefficients.sampler_bytes_per_logit((0, 7, 3)) == 39
+    assert coefficients.sampler_bytes_per_logit((0, 19, 0)) == pytest.approx(15.4)
     # FlashInfer's kernel where the release turns it on and FlashInfer is installed, or the env var opts in
-    assert sizing.sampler_bytes_per_logit((0, 10, 1), flashinfer=True) == 12
-    assert sizing.sampler_bytes_per_logit((0, 10, 1), flashinfer=False) == 39
-    assert sizing.sampler_bytes_per_logit((0, 19, 0), flashinfer=True) == pytest.approx(15.4)  # off by default
-    assert sizing.sampler_bytes_per_logit((0, 19, 0), flashinfer=True, opt_in=True) == 12
+    assert coefficients.sampler_bytes_per_logit((0, 10, 1), flashinfer=True) == 12
+    assert coefficients.sampler_bytes_per_logit((0, 10, 1), flashinfer=False) == 39
+    assert coefficients.sampler_bytes_per_logit((0, 19, 0), flashinfer=True) == pytest.approx(15.4)  # off by default
+    assert coefficients.sampler_bytes_per_logit((0, 19, 0), flashinfer=True, opt_in=True) == 12
 
 
 def test_non_torch_by_release_tp_and_custom_all_reduce():
     v = (0, 19, 0)
-    assert sizing.non_torch_bytes(1, 1, "H100", v) / GIB == pytest.approx(0.25)
-    assert sizing.non_torch_bytes(2, 1, "H100", v) / GIB == pytest.approx(2.10)
-    assert sizing.non_torch_bytes(1, 2, "H100", v) / GIB == pytest.approx(0.25)  # pipeline-only: no all-reduce
-    assert sizing.non_torch_bytes(2, 1, "H100", v, custom_all_reduce=False) / GIB == pytest.approx(0.40)
-    assert sizing.non_torch_bytes(2, 1, "H100", (0, 7, 2)) / GIB == pytest.approx(1.50)
+    assert coefficients.non_torch_bytes(1, 1, "H100", v) / GIB == pytest.approx(0.25)
+    assert coefficients.non_torch_bytes(2, 1, "H100", v) / GIB == pytest.approx(2.10)
+    assert coefficients.non_torch_bytes(1, 2, "H100", v) / GIB == pytest.approx(0.25)  # pipeline-only: no all-reduce
+    assert coefficients.non_torch_bytes(2, 1, "H100", v, custom_all_reduce=False) / GIB == pytest.approx(0.40)
+    assert coefficients.non_torch_bytes(2, 1, "H100", (0, 7, 2)) / GIB == pytest.approx(1.50)
 
 
 def test_v0_without_chunked_prefill_profiles_the_whole_length():
@@ -303,11 +304,11 @@ def test_serve_extras_from_flags_and_env():
 
 def test_cuda_graph_estimate_by_release():
     a = arch("llama-3.1-8b")
-    old = sizing.cuda_graph_bytes(a, 1, False, (0, 7, 3), None) / GIB
-    new = sizing.cuda_graph_bytes(a, 1, False, (0, 19, 0), None) / GIB
+    old = coefficients.cuda_graph_bytes(a, 1, False, (0, 7, 3), None) / GIB
+    new = coefficients.cuda_graph_bytes(a, 1, False, (0, 19, 0), None) / GIB
     assert old == pytest.approx(0.10 + 0.006 * 32)
     assert new == pytest.approx(0.84, abs=0.05)  # 'Estimated CUDA graph memory: 0.84 GiB' (0.19, H100)
-    assert sizing.cuda_graph_bytes(a, 1, True, (0, 19, 0), None) == 0
+    assert coefficients.cuda_graph_bytes(a, 1, True, (0, 19, 0), None) == 0
     res = sizing.plan_memory(sizing.PlanInput(arch=a, gpu_bytes=79.19 * GIB, version=(0, 21, 0), max_model_len=8192))
     assert res.graphs_in_budget and res.overhead_bytes >= res.cuda_graph_bytes
 
@@ -398,12 +399,12 @@ def test_kv_cache_memory_bytes_what_if_when_the_share_is_too_small():
                         max_model_len=40000, version=(0, 19, 0))
     res = sizing.plan_memory(inp)
     assert not res.fits
-    rows = {r["label"]: r for r in sizing.what_if(inp, res)}
+    rows = {r["label"]: r for r in what_if(inp, res)}
     row = rows["--kv-cache-memory-bytes (whole GPU)"]
     assert row["kv_cache_bytes"] == int(sizing.whole_gpu_kv_bytes(res)) > res.kv_cache_bytes
     assert row["flags"]["--gpu-memory-utilization"] is None and row["fits"]
     old = sizing.PlanInput(**{**inp.__dict__, "version": (0, 9, 2)})  # before 0.10.2 the flag does not exist
-    assert "--kv-cache-memory-bytes (whole GPU)" not in {r["label"] for r in sizing.what_if(old, sizing.plan_memory(old))}
+    assert "--kv-cache-memory-bytes (whole GPU)" not in {r["label"] for r in what_if(old, sizing.plan_memory(old))}
 
 
 def test_hybrid_startups_after_0_19_reproduce_vllms_tokens():
@@ -433,8 +434,9 @@ def test_docstring_examples_of_the_arithmetic_hold():
     import doctest
 
     from diagnoser.vllm import units
+    from diagnoser.vllm import what_if as what_if_rows
 
-    for module in (mem, archspec, kvcache, weights, profiling, sizing, units):
+    for module in (mem, archspec, kvcache, weights, profiling, coefficients, sizing, what_if_rows, units):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from diagnoser.analysis.pipeline import diagnose, diagnose_text
-from diagnoser.ingest.redact import MARK_START, Redactor, maybe_secret, redact_text
+from diagnoser.ingest.redact import Redactor, redact_text
+from diagnoser.ingest.redact_hints import maybe_secret
+from diagnoser.ingest.redact_patterns import MARK_START
 from diagnoser.report import FORMATS, renderer
 from diagnoser.rules.loader import load_rules
 
@@ -330,30 +332,30 @@ def test_a_long_text_is_redacted_as_a_short_one_is(accent, monkeypatch):
 
 
 def test_the_characters_re_folds_to_ascii_are_all_known():
-    """redact._ASCII_FOLDS: every non-ASCII character that re's IGNORECASE matches to an ASCII letter, digit or
+    """redact_hints._ASCII_FOLDS: every non-ASCII character that re's IGNORECASE matches to an ASCII letter, digit or
     `_`, or that lower-cases to something holding ASCII (a text holding one is scanned whole, not at its hints)."""
     import sys
 
-    from diagnoser.ingest import redact
+    from diagnoser.ingest import redact_hints
 
     word = re.compile(r"(?i)[a-z0-9_]").match
     found = {c for c in map(chr, range(0x80, sys.maxunicode + 1))
              if word(c) or any(ch.isascii() for ch in c.lower())}
-    assert found == set(redact._ASCII_FOLDS)
+    assert found == set(redact_hints._ASCII_FOLDS)
 
 
 def test_flag_led_by_its_dash_matches_what_the_look_behind_form_matches():
-    """redact.FLAG starts with its literal "-" and tests the character before it after (re skips between
+    """redact_patterns.FLAG starts with its literal "-" and tests the character before it after (re skips between
     dashes in C): the same flags, keys and values as the form led by the look-behind."""
     import random
 
-    from diagnoser.ingest import redact
+    from diagnoser.ingest import redact_patterns
 
-    reference = re.compile(redact.FLAG.pattern.replace(r"-(?<![\w-]-)-?", r"(?<![\w-])--?", 1))
-    assert reference.pattern != redact.FLAG.pattern
+    reference = re.compile(redact_patterns.FLAG.pattern.replace(r"-(?<![\w-]-)-?", r"(?<![\w-])--?", 1))
+    assert reference.pattern != redact_patterns.FLAG.pattern
     rng = random.Random(9)
     atoms = ["-", "--", "api-key", "x", " ", "=", "'v 1'", "é", "_", "hf-token", "\t", "a-b", "9", '"q"']
     texts = ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 200))) for _ in range(400)]
-    spans = [[m.span("key") + m.span("val") + m.span() for m in p.finditer(t)] for p in (redact.FLAG, reference)
+    spans = [[m.span("key") + m.span("val") + m.span() for m in p.finditer(t)] for p in (redact_patterns.FLAG, reference)
              for t in texts]
     assert spans[:len(texts)] == spans[len(texts):] and sum(map(len, spans)) > 400

@@ -16,8 +16,9 @@ import threading
 import pytest
 
 from diagnoser.live import tee as tee_mod
+from diagnoser.live.sources import PipeSource
 from diagnoser.live.tee import MAX_BEHIND, PipeTee
-from diagnoser.live.watch import LiveOptions, PipeSource, Watch
+from diagnoser.live.watch import LiveOptions, Watch
 from diagnoser.rules.loader import builtin_rules
 
 from .conftest import FIXTURES

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.vllm import releases, sizing
+from diagnoser.vllm import coefficients, releases, sizing
 from diagnoser.vllm.modelspec import compute_capability_of, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def test_leave_one_source_out_refits_without_the_source():
     data = bench.load()
     sweep = next(p for p in data["kv_pairs"] if "llm-d-planner" in p["source"])
     res = sizing.plan_memory(bench.plan_input(sweep["config"]))
-    shipped = sizing.coefficient("sampler_bytes_per_logit", res.inp.version, runner=res.model_runner)
+    shipped = coefficients.coefficient("sampler_bytes_per_logit", res.inp.version, runner=res.model_runner)
     held_out = bench.coefficients_for(sweep, bench.refits(data, bench.origin(sweep)))
     # the 0.17+ sampler coefficient was read off this sweep: without it, it is refitted from other sources
     assert "sampler_bytes_per_logit" in held_out and held_out["sampler_bytes_per_logit"] != shipped

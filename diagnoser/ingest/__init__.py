@@ -13,5 +13,7 @@ In the order data flows:
 - clean.py: one physical line decoded and cleaned (ANSI, control characters, `\r` frames, flattened pastes).
 - line.py: the `Line` record, and the prefixes stripped from it (process, pid, rank, level, time).
 - dense.py: keyword-dense logs (stats lines every second) decided once per line shape.
-- redact.py: secrets replaced before anything else sees a line.
+- redact.py: secrets replaced before anything else sees a line (the Redactor); redact_patterns.py: what a
+  secret looks like; redact_hints.py: where one can be (hints, and where to try a pattern in a long text);
+  redact_structured.py: a Python value or a line of JSON output redacted string by string.
 """

@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from diagnoser.ingest.clean import physical_to_lines
-from diagnoser.ingest.keywords import lowered
+from diagnoser.ingest.keywords import LONG_TEXT, lowered
 from diagnoser.ingest.line import RANK_IN_PROC, Line
-from diagnoser.ingest.redact import LONG_TEXT, Redactor, maybe_secret
+from diagnoser.ingest.redact import Redactor
+from diagnoser.ingest.redact_hints import maybe_secret
 from diagnoser.ingest.request_lines import USER_CONTENT_MARKERS
 
 if TYPE_CHECKING:

@@ -7,17 +7,14 @@ idle, decide that a failure is certain, give up at `--timeout`, print running co
 matcher and advisor are the ones a file goes through, so a live verdict is the file's verdict.
 
 Exit codes: 0 ready (or, for `--until exit`/`failure`, no failure), 1 a failure (printed), 3 timeout.
+
+Here: the `Watch` and `run_live`; the sources and the `Feed` are in sources.py, `run`'s command in command.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import select
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -32,14 +29,16 @@ from diagnoser.analysis.pipeline import Report, prefilter_for
 from diagnoser.analysis.tracker import Tracker
 from diagnoser.errors import InputError
 from diagnoser.ingest.line import Line
-from diagnoser.ingest.reader import BLOCK, ReadStats, read_lines
+from diagnoser.ingest.reader import ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
-from diagnoser.live.tee import FileTee, Tee, tee_source, write_all
+from diagnoser.live.command import Child, after_command, drain_in_background
+from diagnoser.live.sources import POLL, Feed, FollowSource, PipeSource
+from diagnoser.live.tee import FileTee, Tee, tee_source
 from diagnoser.rules.model import Rule
 from diagnoser.vllm.stages import coarse
 
-POLL = 0.1           #: seconds between looks at an idle input ...
-POLL_BUSY = 0.01     #: ... while the matcher holds lines: idle this long, they are matched (no more window coming)
+POLL_BUSY = 0.01     #: seconds between looks while the matcher holds lines (else sources.POLL): idle this
+                     #: long, they are matched (no more window coming)
 SETTLE = 1.0         #: a failure is certain once the input has been idle this long after it ...
 SETTLE_MAX = 5.0     #: ... or this long after it at the latest (the rest of a traceback, other ranks)
 EXIT_TIMEOUT = 3
@@ -70,103 +69,6 @@ class LiveOptions:
     fmt: str = "text"               #: text: one stderr line per finding; jsonl: events
     update_every: float = 10.0      #: a repeated finding's running count is printed at most this often
     fail_on: str = "error"
-
-
-# -- sources: where the bytes come from --------------------------------------------------------------------
-
-
-class PipeSource:
-    """A pipe, a terminal or a file on stdin, or a child's output: select() then read."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def read(self, timeout: float) -> bytes | None:
-        """Bytes, b"" at the end, None when nothing came within `timeout`."""
-        try:
-            ready, _, _ = select.select([self.fd], [], [], timeout)
-        except (OSError, ValueError):
-            ready = [self.fd]
-        if not ready:
-            return None
-        try:
-            return os.read(self.fd, BLOCK)
-        except BlockingIOError:
-            return None
-        except OSError:
-            return b""
-
-
-class FollowSource:
-    """`tail -F`: the file may not exist yet, may be truncated (read again from the start) or rotated (the
-    rest of the old file is read, then the new file from its start). Never ends by itself."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fh: BinaryIO | None = None
-        self.ino: int | None = None
-
-    def read(self, timeout: float) -> bytes | None:
-        if self.fh is None and not self._open():
-            time.sleep(timeout)
-            return None
-        assert self.fh is not None
-        data = self.fh.read(BLOCK)
-        if data:
-            return data
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            time.sleep(timeout)  # rotated away and not recreated yet: keep the old handle
-            return None
-        if st.st_ino != self.ino:
-            self.fh.close()
-            self.fh = None
-            return self.read(0) or None if self._open() else None
-        if st.st_size < self.fh.tell():
-            self.fh.seek(0)  # truncated (copytruncate, `> file`)
-            return None
-        time.sleep(timeout)
-        return None
-
-    def _open(self) -> bool:
-        try:
-            self.fh = open(self.path, "rb")  # noqa: SIM115 - held across reads
-        except OSError:
-            return False
-        self.ino = os.fstat(self.fh.fileno()).st_ino
-        return True
-
-
-class Feed:
-    """The binary stream the reader pulls from: tee'd byte for byte, and the Watch's clock between polls."""
-
-    def __init__(self, source: Any, tick: Callable[[bool], None], tee_fd: int | None,
-                 poll: Callable[[], float] = lambda: POLL) -> None:
-        self.source = source
-        self.tick = tick
-        self.poll = poll
-        self.tee_fd = tee_fd
-        self.last_data = time.monotonic()
-        self.eof, self.newlines, self.partial = False, 0, False  # lines delivered: the reader counts at its end
-
-    def read1(self, size: int = BLOCK) -> bytes:
-        while True:
-            data = self.source.read(self.poll())
-            if data is None:
-                self.tick(True)
-                continue
-            if data and self.tee_fd is not None:
-                write_all(self.tee_fd, data)
-            self.last_data = time.monotonic()
-            if data:
-                self.newlines, self.partial = self.newlines + data.count(b"\n"), not data.endswith(b"\n")
-                self.tick(False)
-            else:
-                self.eof = True
-            return data
-
-    read = read1
 
 
 # -- the watch: what is known so far, and when to say it ---------------------------------------------------
@@ -427,82 +329,6 @@ class Watch:
         return verdict, code
 
 
-# -- running a command: `vllm-doctor run -- vllm serve ...` ------------------------------------------------
-
-
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-
-
-class Child:
-    """The command, in its own session (a terminal's Ctrl-C reaches it once, through us), stdout+stderr."""
-
-    def __init__(self, argv: list[str]) -> None:
-        try:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            raise InputError(f"{argv[0]}: cannot run ({exc.strerror or exc}); check the command") from None
-        assert self.proc.stdout is not None
-        self.source = PipeSource(self.proc.stdout.fileno())
-        self.signalled: int | None = None
-        for sig in FORWARDED:
-            signal.signal(sig, self._forward)
-
-    def _forward(self, signum: int, _frame: Any) -> None:
-        """To the command's whole process group (its session): a wrapper's children (`sh -c 'vllm serve ...'`,
-        a launcher's workers) get it too, as they would from a terminal, instead of being orphaned."""
-        self.signalled = signum
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signum)
-
-    def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after `grace` seconds (the whole session: workers too)."""
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-    def wait(self) -> int:
-        return self.proc.wait()
-
-    def exited(self) -> bool:
-        return self.proc.poll() is not None
-
-
-def drain_in_background(fd: int, tee: bool) -> None:
-    """Keep reading a producer's output after we exit early, so it is not killed by a closed pipe.
-
-    A forked child copies the rest (to stdout with --tee, else nowhere) until the producer closes it.
-    """
-    if not hasattr(os, "fork"):
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if os.fork() != 0:
-        return
-    try:
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 2)  # whoever waits for our stderr (or, without --tee, stdout) to close is not kept waiting
-        if not tee:
-            os.dup2(null, 1)
-        out = sys.stdout.fileno() if tee else None
-        while True:
-            data = os.read(fd, BLOCK)
-            if not data:
-                break
-            if out is not None:
-                write_all(out, data)
-    except BaseException:  # noqa: BLE001 - the drainer must never raise into the caller's code
-        pass
-    finally:
-        os._exit(0)
-
-
 # -- the whole live run, for the CLI -----------------------------------------------------------------------
 
 
@@ -530,7 +356,7 @@ def run_live(opts: LiveOptions, rules: list[Rule] | tuple[Rule, ...], render: Ca
         code = exit_code(report)
     more = watch.release_tee() if verdict != "exit" or not watch.eof else False  # the copy stops or ends here
     if child is not None:
-        code = _after_command(child, verdict, code, more, opts.tee, kill_on_failure)
+        code = after_command(child, verdict, code, more, opts.tee, kill_on_failure)
     elif verdict in ("ready", "failure", "timeout") and not follow and fh is None and path == "-" and more:
         drain_in_background(sys.stdin.fileno(), opts.tee)  # the producer keeps its pipe
     if fh is not None:
@@ -560,30 +386,6 @@ def _live_source(watch: Watch, path: str, follow: str | None, command: list[str]
             raise InputError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
         return PipeSource(fh.fileno()), None, fh
     return PipeSource(sys.stdin.fileno()), None, None
-
-
-def _after_command(child: Child, verdict: str, code: int, more: bool, tee: bool, kill_on_failure: bool) -> int:
-    """`run`: wait for the command that exited (its status decides when its output did not), stop it on a
-    failure with --kill-on-failure, or leave it running with its output drained; returns the exit code."""
-    if verdict == "exit":
-        if child.signalled is not None:
-            # we were told to stop: what the forwarded signal did not end goes too (a non-interactive shell starts
-            # its background jobs ignoring SIGINT), and no drainer outlives us
-            child.stop(grace=2.0)
-        elif more:
-            drain_in_background(child.source.fd, tee)  # a worker of the command still holds the pipe
-        rc = child.wait()
-        if child.signalled is not None and code == 0:
-            return 128 + child.signalled
-        if rc != 0 and code == 0:
-            print(f"vllm-doctor: the command exited with status {rc}; no known failure in its output",
-                  file=sys.stderr, flush=True)
-            return 1
-    elif kill_on_failure and verdict in ("failure", "timeout"):
-        child.stop()
-    elif more:
-        drain_in_background(child.source.fd, tee)
-    return code
 
 
 def _closing_output(watch: Watch, verdict: str, report: Report, render: Callable[[Report], str],

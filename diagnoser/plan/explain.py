@@ -11,7 +11,7 @@ import jinja2
 
 from diagnoser.plan.resolve import COMMAND, LOG, OPTION, SIZE_NOTE, Resolved
 from diagnoser.plan.verdict import Verdict
-from diagnoser.vllm import kvcache, sizing, weights
+from diagnoser.vllm import coefficients, kvcache, sizing, weights
 from diagnoser.vllm import memory as mem
 from diagnoser.vllm.modelspec import GpuSpec, ModelSpec
 from diagnoser.vllm.releases import Version, version_str
@@ -69,7 +69,7 @@ def _overhead_line(res: sizing.PlanResult, inp: sizing.PlanInput, v: Version, so
     """Where the overhead comes from: the log, --overhead, or activations + non-torch (+ CUDA graphs)."""
     if source == LOG:
         return ("overhead: measured in the log (activation peak + non-torch memory"
-                + (" + CUDA graphs)" if sizing.graphs_budgeted(v) else ")"))
+                + (" + CUDA graphs)" if coefficients.graphs_budgeted(v) else ")"))
     if source == OPTION:
         return "overhead: given with --overhead (activations + CUDA graphs + non-torch memory)"
     if res.graphs_in_budget and res.cuda_graph_bytes:
@@ -83,7 +83,7 @@ def _overhead_line(res: sizing.PlanResult, inp: sizing.PlanInput, v: Version, so
             f"max_num_batched_tokens={res.max_num_batched_tokens} and the sampler over max_num_seqs="
             f"{res.max_num_seqs} x {inp.arch.vocab_size:,} vocabulary x {res.sampler_bytes_per_logit:g} bytes, "
             f"the coefficient of vLLM {version_str(v)}) + non-torch {res.non_torch_bytes / mem.GIB:.2f} GiB "
-            f"({sizing.non_torch_rule(inp.tensor_parallel_size, v)})" + graphs)
+            f"({coefficients.non_torch_rule(inp.tensor_parallel_size, v)})" + graphs)
 
 
 def _architecture_lines(res: sizing.PlanResult, inp: sizing.PlanInput) -> list[str]:

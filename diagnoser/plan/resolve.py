@@ -15,7 +15,8 @@ from typing import Any
 
 from diagnoser.errors import InputError, UsageError
 from diagnoser.vllm import memory as mem
-from diagnoser.vllm import releases, serve_args, sizing
+from diagnoser.vllm import releases, serve_args
+from diagnoser.vllm.coefficients import graphs_budgeted
 from diagnoser.vllm.modelspec import GpuSpec, ModelSpec, load_gpu
 
 KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
@@ -185,7 +186,7 @@ def _log_overhead(ctx: Any, _got: dict[str, Any], v: releases.Version) -> float 
     if ctx.activation_peak_gib is None:
         return None
     gib = float(ctx.activation_peak_gib) + float(ctx.non_torch_gib or 0)
-    if sizing.graphs_budgeted(v) and ctx.cuda_graph_gib:
+    if graphs_budgeted(v) and ctx.cuda_graph_gib:
         gib += float(ctx.cuda_graph_gib)
     return gib * mem.GIB
 

@@ -36,6 +36,7 @@ from diagnoser.vllm import memory as mem
 from diagnoser.vllm import releases, serve_args, sizing
 from diagnoser.vllm.modelspec import GpuSpec, ModelSpec, load_model
 from diagnoser.vllm.releases import Version, version_str
+from diagnoser.vllm.what_if import length_table, what_if
 
 
 class Echo(Protocol):
@@ -192,13 +193,11 @@ def _data(spec: ModelSpec, gpu: GpuSpec, res: sizing.PlanResult, verdict: Verdic
 def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequence[str] = ()) -> Planned:
     """Plan one configuration: the planner's options, and a `vllm serve ...` command line (may be empty)."""
     asked = str(opts["vllm_version"] or "latest")
-    version = releases.parse_release(asked)
-    version_notes = [n for n in [releases.release_note(asked)] if n]
+    version, version_notes = releases.parse_release(asked), _release_notes(asked)
     cmd, cmd_notes = read_command(tokens, version) if tokens else (serve_args.ServeArgs(), [])
     ctx = log_context(opts["log_path"]) if opts["log_path"] else None
     if ctx is not None and asked == "latest" and ctx.version:
-        version = releases.parse_version(ctx.version)
-        version_notes = [n for n in [releases.release_note(ctx.version)] if n]
+        version, version_notes = releases.parse_version(ctx.version), _release_notes(ctx.version)
     unknown = opts.get("vllm_version") is None and not (ctx is not None and ctx.version)
     got = resolve(opts, cmd, ctx, version)
     if not got["model"]:
@@ -211,25 +210,43 @@ def plan_config(opts: dict[str, Any], tokens: Sequence[str], extra_notes: Sequen
     span = release_span(inp) if unknown else None
     if span is not None:
         version_notes.append(span.sentence())
-    for key in ("weights", "overhead", "kv_cache"):    # the figure memory.py was given came from the log
-        if got.came_from(key) == LOG:
-            res.sources[key] = "measured (log)"
+    _sources_from_log(res, got)
     verdict = verdict_for(res, gpu, version, inp.dtype, inp.max_model_len is not None)
     min_conc = opts["min_concurrency"]
     ok = verdict.starts and (min_conc is None or res.max_concurrency >= min_conc)
-    rows = sizing.what_if(inp, res)
+    rows = what_if(inp, res)
     changes, fix_note = suggest_changes(res, verdict, rows, min_conc)
-    model = cmd.model or (str(got["model"]) if spec.source.startswith("config.json") else spec.arch.name)
-    # a suggestion that changes nothing would repeat the failing command: say what to do instead
-    rendered = (fixed_command(model, cmd.settings() if cmd.items else _settings_from(inp, opts), changes, version)
-                if changes or fix_note == "no change needed" else serve_args.Rendered(None))
+    rendered = _suggested_command(opts, cmd, got, spec, inp, changes, fix_note)
     data = {**_data(spec, gpu, res, verdict, min_conc, ok), "measured": _measured(ctx),
             "assumptions": assumptions_for(spec, gpu, res, got), "what_if": rows,
-            "lengths": sizing.length_table(inp, res), "command": rendered.text, "command_note": fix_note,
+            "lengths": length_table(inp, res), "command": rendered.text, "command_note": fix_note,
             "notes": [*extra_notes, *version_notes, *cmd_notes, *spec.notes, *rendered.notes],
             **({"release_range": span.as_json()} if span is not None else {})}
     text = render_text(data, res, spec, gpu, verdict) if opts["fmt"] != "json" else ""
     return Planned(data, text, ok, verdict, res)
+
+
+def _release_notes(name: str) -> list[str]:
+    """What the planner notes about the release `name` (asked for, or the one a log names): its note, if any."""
+    return [n for n in [releases.release_note(name)] if n]
+
+
+def _sources_from_log(res: sizing.PlanResult, got: Resolved) -> None:
+    """Mark the figures memory.py was given that came from the log as measured there."""
+    for key in ("weights", "overhead", "kv_cache"):
+        if got.came_from(key) == LOG:
+            res.sources[key] = "measured (log)"
+
+
+def _suggested_command(opts: dict[str, Any], cmd: serve_args.ServeArgs, got: Resolved, spec: ModelSpec,
+                       inp: sizing.PlanInput, changes: dict[str, str | None], fix_note: str) -> serve_args.Rendered:
+    """The command with the suggested changes applied (the given command, else one built from the options); none
+    when the suggestion changes nothing, which would repeat the failing command (the note says what to do)."""
+    if not (changes or fix_note == "no change needed"):
+        return serve_args.Rendered(None)
+    model = cmd.model or (str(got["model"]) if spec.source.startswith("config.json") else spec.arch.name)
+    settings = cmd.settings() if cmd.items else _settings_from(inp, opts)
+    return fixed_command(model, settings, changes, inp.version)
 
 
 def run_plan(opts: dict[str, Any], echo: Echo) -> int:

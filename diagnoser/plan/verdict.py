@@ -11,6 +11,7 @@ from diagnoser.vllm import kvcache, sizing
 from diagnoser.vllm import memory as mem
 from diagnoser.vllm.modelspec import GpuSpec
 from diagnoser.vllm.releases import Version, default, parse_version
+from diagnoser.vllm.what_if import len_for_concurrency
 
 
 @dataclass
@@ -159,7 +160,7 @@ def _whole_gpu_kv_cache(res: sizing.PlanResult, verdict: Verdict, want: float) -
 def _shorter_length(res: sizing.PlanResult, verdict: Verdict, want: float) -> Suggestion | None:
     """The largest --max-model-len (a multiple of 1024) at which `want` requests fit in the KV cache there is."""
     if res.kv_cache_bytes > 0 and verdict.stage != "weight_loading":
-        length = sizing.len_for_concurrency(res, want)
+        length = len_for_concurrency(res, want)
         if length >= mem.LEN_STEP:
             auto = ("; or --max-model-len auto, which this release fits to the KV memory itself"
                     if want <= 1 and default("max_model_len_auto", res.inp.version) else "")

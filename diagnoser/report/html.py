@@ -354,25 +354,37 @@ def _series_charts(r: Report) -> str:
     labels = (s.clock.label(t0), s.clock.label(t1))
     out = []
     for i, (title, unit, fields, ymax) in enumerate(TIMELINES):
-        lines = []
-        for name, label, colour in fields:
-            for idx, (engine, track) in enumerate(tracks):
-                pts = [(b["t0"], b["f"][name][2] / b["f"][name][3], b["f"][name][1])
-                       for b in track.buckets.items if name in b["f"]]
-                if name in ("preemptions", "errors", "cpu_kv_pct") and not any(p[2] for p in pts):
-                    continue
-                lab = label if len(tracks) == 1 else f"{label}, engine {engine}"
-                lines.append((lab, pts, colour if idx == 0 else OTHER_ENGINE.get(colour, colour)))
+        lines = _chart_lines(fields, tracks)
         if not lines:
             continue
         chart = timeline(title, unit, lines, t0, t1, shade, labels, ymax, f"c{i}", bursts, markers)
         out.append(f'<div class="card">{chart}</div>')
-    source = "Prometheus /metrics scrapes" if s.source == "metrics" else "the stats lines"
-    head = (f'<p class="muted">From {_e(source)}: '
+    head = _series_head(s.source, labels, tracks)
+    return "<h2>Serving over time</h2>" + head + '<div class="charts">' + "".join(out) + "</div>"
+
+
+def _chart_lines(fields: list[tuple[str, str, str]], tracks: list[tuple[Any, Any]]) -> list[tuple[str, list[Any], str]]:
+    """One chart's lines: each field of each engine's track as (label, points, colour); a field that only
+    counts events (preemptions, errors, CPU KV) is left out of a track where it never happened."""
+    lines = []
+    for name, label, colour in fields:
+        for idx, (engine, track) in enumerate(tracks):
+            pts = [(b["t0"], b["f"][name][2] / b["f"][name][3], b["f"][name][1])
+                   for b in track.buckets.items if name in b["f"]]
+            if name in ("preemptions", "errors", "cpu_kv_pct") and not any(p[2] for p in pts):
+                continue
+            lab = label if len(tracks) == 1 else f"{label}, engine {engine}"
+            lines.append((lab, pts, colour if idx == 0 else OTHER_ENGINE.get(colour, colour)))
+    return lines
+
+
+def _series_head(source: str, labels: tuple[str, str], tracks: list[tuple[Any, Any]]) -> str:
+    """The line above the charts: where the series came from, its time span, engines and points."""
+    where = "Prometheus /metrics scrapes" if source == "metrics" else "the stats lines"
+    return (f'<p class="muted">From {_e(where)}: '
             f'{_e(labels[0])} to {_e(labels[1])}, {len(tracks)} engine(s), '
             f'{sum(t.points for _, t in tracks):,} points (charts show at most '
             f'{max(t.buckets.capacity for _, t in tracks)} per engine; windows are exact).</p>')
-    return "<h2>Serving over time</h2>" + head + '<div class="charts">' + "".join(out) + "</div>"
 
 
 def advice_html(text: str) -> str:

@@ -177,7 +177,8 @@ class OutputFilter(io.TextIOBase):
 
     def _redacted(self, line: str) -> str:
         assert self.redact is not None
-        from diagnoser.ingest.redact import Redactor, looks_like_json, redact_json_line
+        from diagnoser.ingest.redact import Redactor
+        from diagnoser.ingest.redact_structured import looks_like_json, redact_json_line
 
         if isinstance(self.redact, Redactor) and looks_like_json(line):
             return redact_json_line(line, self.redact)

@@ -3,19 +3,26 @@
 The arithmetic is pure functions over numbers (memory.py: the budget; kvcache.py, weights.py, profiling.py:
 what a model needs); what a release defaults to or measured comes from releases.py (data/releases.yaml). This
 module joins the two: it resolves the defaults a configuration runs with, feeds the coefficients of its
-release to the arithmetic, and builds the planner's tables (what-if rows, lengths, the assumptions in words).
-`plan`, `compare` and the advice size configurations only through here.
+release (coefficients.py) to the arithmetic, and says which rules of the physics applied, in words.
+`plan`, `compare` and the advice size configurations only through here; what_if.py re-plans one with flags
+changed or at other lengths (the planner's tables).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from diagnoser.vllm import kvcache, profiling, releases
+from diagnoser.vllm import kvcache, releases
 from diagnoser.vllm import memory as m
 from diagnoser.vllm.archspec import ArchSpec
+from diagnoser.vllm.coefficients import (
+    cuda_graph_bytes,
+    graphs_budgeted,
+    model_runner,
+    non_torch_bytes,
+    sampler_bytes_per_logit,
+)
 from diagnoser.vllm.kvcache import (
     kv_cache_tokens,
     max_model_len_for,
@@ -36,88 +43,6 @@ Version = tuple[int, int, int]
 STATE_NAMES = {"gated_delta_net": "Gated DeltaNet", "mamba1": "Mamba-1", "mamba2": "Mamba-2"}
 
 
-# --- coefficients and switches by release (data/releases.yaml) -------------------------------------------------
-
-def coefficient(name: str, version: Version, given: Mapping[str, float] | None = None, **where: Any) -> float:
-    """A planner coefficient of data/releases.yaml for a release, unless `given` replaces it by name (what
-    bench/planner_accuracy.py does to score a start-up with coefficients fitted without its source).
-
-    >>> given = {"non_torch_single_gib": 0.2}
-    >>> coefficient("non_torch_single_gib", (0, 7, 3)), coefficient("non_torch_single_gib", (0, 7, 3), given)
-    (0.1, 0.2)
-    """
-    if given and name in given:
-        return float(given[name])
-    return float(releases.default(name, version, **where))
-
-
-def graphs_budgeted(version: Version) -> bool:
-    """From 0.20.0 vLLM subtracts its CUDA-graph estimate from the KV budget (D5); before, graphs are
-    captured after the KV cache is allocated, from memory outside the budget."""
-    return bool(releases.default("cuda_graphs_in_budget", version))
-
-
-def model_runner(arch: ArchSpec, version: Version, engine: str | None = None) -> str:
-    """'MRV2' when the release runs this model on Model Runner V2 by default (dense models from 0.25, every
-    model from 0.29: settings.model_runner_v2), else 'MRV1'; the planner's coefficients differ by runner.
-
-    >>> a = ArchSpec("t", layers=2, hidden_size=64, num_attention_heads=2, num_key_value_heads=2,
-    ...              intermediate_size=128, vocab_size=100)
-    >>> model_runner(a, (0, 24, 0)), model_runner(a, (0, 27, 1)), model_runner(a, (0, 27, 1), "V0")
-    ('MRV1', 'MRV2', 'MRV1')
-    """
-    if releases.engine_for(version, engine) != "V1":
-        return "MRV1"
-    scope = releases.default("model_runner_v2", version, engine="V1")
-    dense = not arch.is_moe and not arch.is_hybrid
-    return "MRV2" if scope == "all" or (scope == "dense" and dense) else "MRV1"
-
-
-def sampler_bytes_per_logit(version: Version, flashinfer: bool | None = None, engine: str | None = None,
-                            opt_in: bool | None = None, runner: str | None = None,
-                            given: Mapping[str, float] | None = None) -> float:
-    """Sampler working memory per logit in the profiling peak.
-
-    FlashInfer's kernel samples when VLLM_USE_FLASHINFER_SAMPLER says so (`opt_in`), else when FlashInfer is
-    installed (`flashinfer`; None: a dependency of the CUDA wheel from 0.11.0, optional before) and the release
-    turns it on by default; otherwise the PyTorch path's coefficient of the release and model runner."""
-    if flashinfer is None:
-        flashinfer = version >= (0, 11, 0)
-    on = opt_in if opt_in is not None else (
-        flashinfer and bool(releases.default("flashinfer_sampler", version, engine=engine)))
-    if on and releases.engine_for(version, engine) == "V1":
-        return float(m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT)
-    return coefficient("sampler_bytes_per_logit", version, given, runner=runner)
-
-
-def non_torch_bytes(tp: int, pp: int, gpu_name: str, version: Version, custom_all_reduce: bool | None = None,
-                    given: Mapping[str, float] | None = None) -> int:
-    """profiling.non_torch_bytes with the single-rank and all-reduce figures of the release (or `given`)."""
-    return profiling.non_torch_bytes(tp, pp, gpu_name,
-                                     single=coefficient("non_torch_single_gib", version, given) * GIB,
-                                     multi=coefficient("non_torch_multi_gpu_gib", version, given) * GIB,
-                                     custom_all_reduce=custom_all_reduce)
-
-
-def non_torch_rule(tp: int, version: Version) -> str:
-    """The non-torch rule applied, in words, for the assumptions output."""
-    single = float(releases.default("non_torch_single_gib", version))
-    if tp <= 1:
-        return f"{single:g} GiB per rank in this release"
-    multi = float(releases.default("non_torch_multi_gpu_gib", version))
-    return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
-
-
-def cuda_graph_bytes(arch: ArchSpec, pp: int, enforce_eager: bool, version: Version, engine: str | None,
-                     runner: str | None = None, given: Mapping[str, float] | None = None) -> int:
-    """profiling.cuda_graph_bytes with the release's fixed and per-layer parts (FULL and PIECEWISE capture passes
-    from 0.11 hold about three times the per-layer buffers; Model Runner V2 adds almost nothing to its peak)."""
-    where = {"engine": engine, "runner": runner}
-    base = coefficient("cuda_graph_base_gib", version, given, **where) * GIB
-    per_layer = coefficient("cuda_graph_per_layer_gib", version, given, **where) * GIB
-    return profiling.cuda_graph_bytes(arch, pp, enforce_eager, base=base, per_layer=per_layer)
-
-
 def ssm_state_bytes(arch: ArchSpec, mamba_ssm_cache_dtype: str | None, model_dtype_bytes: float) -> float:
     """Bytes per SSM-state element: --mamba-ssm-cache-dtype when given (not 'auto'), else the model's own state
     dtype (models.yaml `ssm_dtype`, config.json `mamba_ssm_dtype`), else the model dtype."""
@@ -127,6 +52,8 @@ def ssm_state_bytes(arch: ArchSpec, mamba_ssm_cache_dtype: str | None, model_dty
 
 
 @dataclass
+
+
 class PlanInput:
     """One configuration to size (vLLM's flag names, resolved)."""
 
@@ -167,6 +94,8 @@ class PlanInput:
 
 
 @dataclass
+
+
 class PlanResult:
     """Every figure the planner prints, in bytes unless named otherwise."""
 
@@ -348,6 +277,8 @@ def _tokens_and_concurrency(hybrid: HybridLayout, kv_room: float, per_token: int
 
 
 @dataclass(frozen=True)
+
+
 class HybridLayout:
     """How vLLM lays a model's cache out: block size, page, KV-cache groups, and the state pages a sequence
     holds. A model without recurrent-state layers has block = --block-size and no state."""
@@ -388,93 +319,6 @@ def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
     return replace(inp, **changes)
 
 
-def _estimate(inp: PlanInput) -> PlanResult:
-    """The plan with every figure estimated (no given or measured numbers)."""
-    return plan_memory(with_changes(inp, weights=None, overhead=None, kv_cache_bytes=None, kv_cache_fixed=False))
-
-
-def vary(inp: PlanInput, **changes: Any) -> PlanResult:
-    """Re-plan with some flags changed, keeping given or measured figures: a given weight size scales with the
-    estimate's ratio, a given overhead and a measured KV size move by the estimate's difference, and a KV
-    size fixed by --kv-cache-memory-bytes stays."""
-    base, var = _estimate(inp), with_changes(inp, **changes)
-    est = _estimate(var)
-    weights = overhead = kv = None
-    if inp.weights is not None:
-        weights = inp.weights * (est.weights_bytes / base.weights_bytes if base.weights_bytes else 1.0)
-    if inp.overhead is not None:
-        overhead = inp.overhead + (est.overhead_bytes - base.overhead_bytes)
-    if inp.kv_cache_bytes is not None:
-        kv = inp.kv_cache_bytes if inp.kv_cache_fixed else \
-            inp.kv_cache_bytes + (est.kv_cache_bytes - base.kv_cache_bytes)
-    return plan_memory(with_changes(var, weights=weights, overhead=overhead, kv_cache_bytes=kv))
-
-
-#: How big a change each what-if row is, smallest first: the advice offers the smallest one the table shows
-#: starting (a flag on this GPU before another checkpoint, before more GPUs).
-CHANGE_SIZE = {"utilization": 1, "fp8 KV cache": 2, "kv-cache-memory-bytes": 3, "fp8 weights": 4, "TP=2": 5,
-               "TP=4": 6, "4-bit": 7}
-
-
-def change_size(label: str) -> int:
-    """The CHANGE_SIZE rank of a what-if row's label ('as planned' is 0).
-
-    >>> [change_size(x) for x in ("as planned", "fp8 KV cache", "TP=2 (2 GPUs)", "--gpu-memory-utilization 0.93")]
-    [0, 2, 5, 1]
-    """
-    return next((rank for key, rank in CHANGE_SIZE.items() if key in label), 0)
-
-
-def fp8_weights_possible(inp: PlanInput, res: PlanResult) -> bool:
-    """`--quantization fp8` on a 16-bit checkpoint: vLLM quantizes the linear layers to fp8 as it loads them,
-    natively on compute capability 8.9+ and weight-only (Marlin) on 8.0+ (vLLM's Fp8Config.get_min_capability,
-    80); not on older GPUs, and not on a checkpoint that is already quantized."""
-    cc = inp.compute_capability
-    return res.quant_format is None and res.model_dtype_bytes >= 2 and (cc is None or cc >= 8.0)
-
-
-def what_if(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
-    """The planner's what-if rows: fp8 KV cache, fp8 weights, 4-bit weights, TP=2/4, utilization +0.03."""
-    rows: list[tuple[str, dict[str, Any], dict[str, str | None]]] = [("as planned", {}, {})]
-    if res.kv_value_bytes > 1:
-        rows.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, {"--kv-cache-dtype": "fp8"}))
-    if fp8_weights_possible(inp, res):
-        rows.append(("fp8 weights (--quantization fp8)", {"quantization": "fp8"}, {"--quantization": "fp8"}))
-    if res.quant_format not in ("int4", "mxfp4", "nvfp4", "nf4", "gguf"):
-        # no flag: --quantization awq on a checkpoint that is not AWQ fails; the fix is another checkpoint
-        rows.append(("4-bit weights (an AWQ/GPTQ checkpoint)", {"quantization": "awq", "quant_bits": 4}, {}))
-    for tp in (2, 4):
-        if inp.tensor_parallel_size < tp:
-            rows.append((f"TP={tp} ({tp} GPUs)", {"tensor_parallel_size": tp}, {"--tensor-parallel-size": str(tp)}))
-    util = res.gpu_memory_utilization + 0.03
-    if util <= 1.0 and not inp.kv_cache_fixed:
-        util = round(util, 2)
-        rows.append((f"--gpu-memory-utilization {util:g}", {"gpu_memory_utilization": util},
-                     {"--gpu-memory-utilization": f"{util:g}"}))
-    full = whole_gpu_kv_bytes(res)
-    if not res.fits and not inp.kv_cache_fixed and full > max(res.kv_cache_bytes, 0) and \
-            releases.default("kv_cache_memory_bytes_flag", inp.version):
-        # vLLM's own hint ('Replace gpu_memory_utilization config with --kv-cache-memory=...'): the KV cache sized
-        # to the whole GPU less what profiling and graphs need, instead of a utilization share
-        rows.append(("--kv-cache-memory-bytes (whole GPU)",
-                     {"kv_cache_bytes": full, "kv_cache_fixed": True},
-                     {"--kv-cache-memory-bytes": str(int(full)), "--gpu-memory-utilization": None}))
-    out = []
-    for label, changes, flags in rows:
-        if changes.get("kv_cache_fixed"):
-            r = plan_memory(with_changes(inp, **changes))
-        else:
-            r = vary(inp, **changes) if changes else res
-        ok = r.fits and inp.arch.num_attention_heads % r.inp.tensor_parallel_size == 0
-        out.append({
-            "label": label, "flags": flags, "kv_cache_bytes": int(r.kv_cache_bytes),
-            "kv_cache_tokens": r.kv_cache_tokens, "max_concurrency": round(r.max_concurrency, 4), "fits": ok,
-            "weights_bytes": int(r.weights_bytes), "max_model_len_that_fits": r.max_model_len_that_fits,
-            "change_size": change_size(label),
-        })
-    return out
-
-
 def device_need_bytes(res: PlanResult) -> float:
     """memory.device_need for a plan: what one rank holds once its KV cache is allocated."""
     return m.device_need(res.weights_bytes, res.overhead_bytes, 0.0 if res.graphs_in_budget else res.cuda_graph_bytes,
@@ -486,35 +330,6 @@ def whole_gpu_kv_bytes(res: PlanResult, spare: float = 0.02) -> float:
     graphs (budgeted or not: with a fixed KV size they all come out of the same device)."""
     graphs = 0.0 if res.graphs_in_budget else res.cuda_graph_bytes
     return res.inp.gpu_bytes * (1 - spare) - res.weights_bytes - res.overhead_bytes - graphs
-
-
-def len_for_concurrency(res: PlanResult, want: float) -> int:
-    """Largest --max-model-len (multiple of 1024, up to the planned one) at which `want` requests fit at once."""
-    inp = res.inp
-    if res.kv_cache_bytes <= 0 or want <= 0:
-        return 0
-    fit = max_model_len_for(inp.arch, res.kv_cache_bytes / want, res.max_model_len,
-                            tp=inp.tensor_parallel_size, pp=inp.pipeline_parallel_size, kv_bytes=res.kv_value_bytes,
-                            max_num_batched_tokens=res.max_num_batched_tokens, block_size=res.block_size,
-                            state_pages=res.state_pages)
-    return round_down(fit)
-
-
-def length_table(inp: PlanInput, res: PlanResult) -> list[dict[str, Any]]:
-    """Per-request KV and concurrency at powers of two up to the planned length (and the planned one)."""
-    lengths = {res.max_model_len}
-    n = 4096
-    while n < res.max_model_len:
-        lengths.add(n)
-        n *= 2
-    out = []
-    for length in sorted(lengths):
-        need = request_kv_bytes(inp.arch, length, inp.tensor_parallel_size, inp.pipeline_parallel_size,
-                                res.kv_value_bytes, res.max_num_batched_tokens, res.block_size,
-                                state_pages=res.state_pages)
-        conc = res.kv_cache_bytes / need if need and res.kv_cache_bytes > 0 else 0.0
-        out.append({"max_model_len": length, "request_kv_bytes": need, "max_concurrency": round(conc, 4)})
-    return out
 
 
 # --- flags and environment that move the physics, and the rules applied, in words --------------------------

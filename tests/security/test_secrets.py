@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnoser.ingest.redact import Redactor, secret_flag
+from diagnoser.ingest.redact import Redactor
+from diagnoser.ingest.redact_patterns import secret_flag
 from diagnoser.report import FORMATS
 
 ROOT = Path(__file__).resolve().parents[2]

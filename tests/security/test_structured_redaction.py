@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from diagnoser.ingest.redact import Redactor, redact_json_line, redact_value
+from diagnoser.ingest.redact import Redactor
+from diagnoser.ingest.redact_structured import redact_json_line, redact_value
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 #: key values as a user types them: quotes, backslashes, JSON-looking text, spaces, non-ASCII
