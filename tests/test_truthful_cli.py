@@ -193,11 +193,13 @@ def test_rules_test_coverage_message_names_the_unnamed_cases(tmp_path):
     assert re.search(r"give one of them a name: cases\.match\[\d+\]", line), line
 
 
-def test_readme_preset_count_is_the_bundled_count():
+def test_readme_and_docs_preset_count_is_the_bundled_count():
     models = yaml.safe_load((ROOT / "diagnoser" / "data" / "models.yaml").read_text())["models"]
-    readme = (ROOT / "README.md").read_text()
-    counts = [int(n) for n in re.findall(r"\((\d+) presets", readme)]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    counts = [int(n) for page in pages for n in re.findall(r"\((\d+) presets", page.read_text())]
     assert counts and all(n == len(models) for n in counts), (counts, len(models))
+    # the planning page is where the presets are described
+    assert re.search(r"\((\d+) presets", (ROOT / "docs" / "planning.md").read_text())
 
 
 # -- item 22: the two names, explained where a user installs ----------------------------------------------------

@@ -36,7 +36,7 @@ def compare_cmd(logs: tuple[str, ...], fmt: str, max_kv_loss: float, gpu_name: s
     that release, marked ~), the effective settings (explicit and release defaults). Then what moved, the
     settings that changed, and the flags that give the old KV cache back, with the corrected command.
     Exit 1 when the last log failed to start or lost more than --max-kv-loss of the KV tokens; 0 otherwise;
-    2 on a usage or input error. See docs/compare.md.
+    2 on a usage or input error. See docs/comparing.md.
     """
     from diagnoser.analysis.pipeline import diagnose
     from diagnoser.compare.comparison import compare_reports

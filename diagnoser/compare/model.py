@@ -1,5 +1,5 @@
 """What a comparison of start-ups is: each start's budget figures (with where each came from), the changes
-between two starts, the fixes, and the comparison as the formats render it (its JSON is in docs/compare.md).
+between two starts, the fixes, and the comparison as the formats render it (its JSON is in docs/comparing.md).
 
 Budget figures use GiB names (`weights_gib`, like the log context), token counts and a utilization
 fraction. Building these is the other modules' job: starts.py (a start from a log or a plan), budget.py (the

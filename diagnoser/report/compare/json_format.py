@@ -1,4 +1,4 @@
-"""`compare --format json`: the versioned contract (docs/compare.md)."""
+"""`compare --format json`: the versioned contract (docs/comparing.md)."""
 
 from __future__ import annotations
 
