@@ -43,7 +43,7 @@ FN_API = (
     "bad_arguments", "flag_fix", "corrected_args", "process_memory", "others_gib", "capability",
     "capability_int", "quant_methods_for", "closest_choice", "model_weights_gib", "closest_model", "tp_sizes",
     "size_for_peak",
-    # the long-tail rules (issue 8)
+    # the long-tail rules
     "seconds_between", "duration", "cuda_of_driver", "driver_for_cuda", "pip_package", "lora_rank_for",
     "version_at_least", "first_known",
 )
