@@ -104,6 +104,8 @@ class Series:
         OTLP export). `starts`: where the block's keyword lines start (the reader's hits), stats lines among
         them; else the block is searched for them. `found`: the reader's search of the gaps for BLOCK_ERROR
         among others (Prefilter.scan), else the block is searched for it here.
+        Of the failing access lines, each interval keeps a few raw (its first ones and its last, with their line
+        numbers): a failed-request window's evidence, decoded and redacted only for a window a rule reports.
         """
         counted = access_counts(block, gaps, starts)
         if counted is None:
