@@ -62,7 +62,7 @@ def burst_log(bursts: int, failing: int, secret_path: str | None = None) -> str:
 
 def doctor(*args: str) -> subprocess.CompletedProcess[bytes]:
     """This checkout's CLI (`python -m diagnoser` from its root: an installed `vllm-doctor` may be another's)."""
-    env = {**os.environ, "NO_COLOR": "1"}
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "400"}  # evidence lines not cut to a terminal
     env.pop("GITHUB_ACTIONS", None)
     return subprocess.run([sys.executable, "-m", "diagnoser", *args], capture_output=True, cwd=ROOT, env=env,
                           timeout=60)
