@@ -114,8 +114,6 @@ def test_illegal_memory_access_command_is_labelled_a_diagnostic_step():
 
 # -- item 13: error-burst shows the failing requests --------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 28 item 13 (evidence): not done; the series counts access lines "
-                   "from raw blocks and keeps no redacted line to show")
 def test_error_burst_evidence_is_the_failing_access_lines():
     f = finding("serving-v1-0.12-3h.log", "error-burst")
     assert f.evidence

@@ -129,7 +129,7 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     tracker = Tracker()
     matcher = Matcher(rules, tracker.context)
     # windows no rule can report are counted, not held; those it reports, past the first few, without text
-    series = Series(keep=matcher.series_keep, evidence=matcher.series_evidence)
+    series = Series(keep=matcher.series_keep, evidence=matcher.series_evidence, redact=redact)
     seen = 0
     sniffer = _Sniffer(stream)
     for line in read_lines(sniffer, prefilter_for(rules), redactor, stats,  # type: ignore[arg-type]
@@ -151,8 +151,11 @@ def diagnose(stream: BinaryIO, path: str = "-", rules: list[Rule] | tuple[Rule, 
     findings = Advisor().findings(hits, tracker.context, matcher.folds)
     # a file name can carry a secret too (a signed URL's query, a token in a folder name): shown redacted
     shown = Redactor()(path) if redact else path
+    redactions = dict(redactor.counts) if redactor else {}
+    for kind, n in series.redactions.items():  # the failing access lines a burst shows, redacted as decoded
+        redactions[kind] = redactions.get(kind, 0) + n
     return Report(path=shown, lines=stats.lines, bytes=stats.bytes, context=tracker.context,
-                  findings=findings, redactions=dict(redactor.counts) if redactor else {},
+                  findings=findings, redactions=redactions,
                   vllm_seen=bool(sniffer.found or findings or tracker.context.as_dict() or not series.empty),
                   series=None if series.empty else series)
 

@@ -18,6 +18,11 @@ from diagnoser.ingest.line import Line
 MERGE_GAP = 60.0         #: saturated points closer than this belong to one window
 SATURATED_KV_PCT = 95.0  #: KV cache usage at which a queue means vLLM is out of cache
 COLLAPSE_HISTORY = 6     #: points that make the throughput reference before a collapse
+#: a failed-request window's example access lines (its evidence): the first few, the peak interval's, the last
+FAILING_FIRST = 2
+FAILING_PEAK = 2
+#: the failing access lines an interval keeps (the first few and the last, as raw lines): what a window takes from
+INTERVAL_FAILING = FAILING_FIRST + 1
 #: the values a point may carry
 FIELDS = ("kv_pct", "running", "waiting", "prompt_tps", "gen_tps", "preemptions", "swapped", "cpu_kv_pct",
           "prefix_hit_pct", "requests", "errors", "ttft_s", "e2e_s")
@@ -31,6 +36,8 @@ class Point:
     engine: str
     values: dict[str, float]
     line: Line | None = None
+    #: its interval's failing access lines, (line number, raw line), in order: at most INTERVAL_FAILING
+    failing: list[tuple[int, bytes]] | None = None
 
     def get(self, name: str, default: float = 0.0) -> float:
         v = self.values.get(name)
@@ -57,6 +64,10 @@ class Window:
     _peak_score: float = -1.0
     index: int = 0          #: the detector's count of windows before this one (in its engine)
     dropped: bool = False   #: no rule can report it: kept (without lines) only for the JSON's first windows
+    #: a failed-request window's example access lines as read, (line number, raw line), until Windows decodes
+    #: (and redacts) them into `examples`: its evidence instead of the stats lines
+    failing: list[tuple[int, bytes]] | None = None
+    examples: list[Line] | None = None
 
     @property
     def seconds(self) -> float:
@@ -237,10 +248,15 @@ class Collapse:
 
 
 class ErrorBurst:
-    """Failed requests (5xx, 429) per interval, windows merged like saturation."""
+    """Failed requests (5xx, 429) per interval, windows merged like saturation. A window keeps a few of its
+    failing access lines (the first FAILING_FIRST, FAILING_PEAK of the interval with the most failures, the
+    last), never all of them."""
 
     def __init__(self, out: list[Window]) -> None:
         self.out, self.open = out, None
+        self.head: list[tuple[int, bytes]] = []  #: the open window's first failing lines
+        self.peak: tuple[float, list[tuple[int, bytes]]] = (0.0, [])  #: its worst interval: failures, lines
+        self.last: tuple[int, bytes] | None = None  #: its last failing line
 
     def feed(self, p: Point, step: float) -> None:
         errors = p.get("errors")
@@ -253,6 +269,7 @@ class ErrorBurst:
         if w is None:
             w = self.open = Window("error-burst", p.engine, p.t, p.t, step, p.line)
             w.extra.update({"errors": 0, "requests": 0, "status_codes": {}})
+            self.head, self.peak, self.last = [], (0.0, []), None
         w.add(p, errors, step)
         w.extra["errors"] += int(errors)
         w.extra["requests"] += int(p.get("requests"))
@@ -260,6 +277,14 @@ class ErrorBurst:
             if code.startswith("status_"):
                 codes = w.extra["status_codes"]
                 codes[code[7:]] = codes.get(code[7:], 0) + int(n)
+        failing = p.failing
+        if failing:
+            head = self.head
+            if len(head) < FAILING_FIRST:
+                head.extend(failing[:FAILING_FIRST - len(head)])
+            if errors > self.peak[0]:
+                self.peak = (errors, failing[:FAILING_PEAK])
+            self.last = failing[-1]
 
     def _close(self) -> None:
         w = self.open
@@ -268,6 +293,9 @@ class ErrorBurst:
         self.open = None
         req = w.extra["requests"]
         w.extra["error_rate_pct"] = round(100.0 * w.extra["errors"] / req, 1) if req else None
+        lines = {n: raw for n, raw in (*self.head, *self.peak[1], *([self.last] if self.last else []))}
+        w.failing = sorted(lines.items()) or None
+        self.head, self.peak, self.last = [], (0.0, []), None
         self.out.append(w)
 
     def finish(self) -> None:

@@ -18,20 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from diagnoser.analysis.serving.clock import Clock
-from diagnoser.analysis.serving.detectors import Point, Window
+from diagnoser.analysis.serving.detectors import INTERVAL_FAILING, Point, Window
 from diagnoser.analysis.serving.facts import window_facts
 from diagnoser.analysis.serving.metrics import KEYWORDS as METRIC_KEYWORDS
 from diagnoser.analysis.serving.metrics import MetricsReader, Scrape
-from diagnoser.analysis.serving.spill import MAX_WINDOWS, WindowFilter
+from diagnoser.analysis.serving.spill import MAX_WINDOWS, WindowFilter, evidence_lines
 from diagnoser.analysis.serving.stats_lines import BLOCK_ERROR, V0_PLANS, access_counts, stat_values
 from diagnoser.analysis.serving.track import DEFAULT_STEP, Track
+from diagnoser.ingest.clean import physical_to_lines
 from diagnoser.ingest.keywords import SMALL_BLOCK, KeywordIndex
 from diagnoser.ingest.line import Line
+from diagnoser.ingest.redact import Redactor
 
 #: Lines the series reads: the reader's prefilter must keep them.
 KEYWORDS = ("Avg prompt throughput", "KV cache usage:", "Running:", "RUNNING:", "Preemptions:", "is preempted by",
@@ -44,15 +46,20 @@ _OBSERVED = KeywordIndex([w] for w in ("throughput", "KV cache usage", "RUNNING:
 class Series:
     """The serving phase of one input, fed line by line (and raw blocks, for access lines)."""
 
-    def __init__(self, keep: WindowFilter | None = None, evidence: Callable[[str], int | None] | None = None
-                 ) -> None:
+    def __init__(self, keep: WindowFilter | None = None, evidence: Callable[[str], int | None] | None = None,
+                 redact: bool = True) -> None:
         self.clock = Clock()
         self.keep = keep  #: which closed windows a rule may report (the others are counted, not held)
         self.evidence = evidence  #: see Windows.evidence
+        #: the failing access lines shown as evidence are redacted as the reader redacts every line (unless
+        #: --no-redact); what that removed, by kind (the report adds it to the reader's count)
+        self.redact = redact
+        self.redactions: Counter[str] = Counter()
         self.tracks: dict[str, Track] = {}
         self.metrics = MetricsReader()
-        self._pending_http: deque[tuple[int, int, dict[str, int]]] = deque()  # (stats line no., requests, codes)
-        self._open_http: list[Any] = [0, {}]
+        # (stats line no., requests, codes, failing access lines: (line no., raw line), a few) per interval
+        self._pending_http: deque[tuple[int, int, dict[str, int], list[tuple[int, bytes]]]] = deque()
+        self._open_http: list[Any] = [0, {}, []]
         self._http_seen = False
         self._last_t: float | None = None
         self._v0_total = 0
@@ -97,6 +104,8 @@ class Series:
         OTLP export). `starts`: where the block's keyword lines start (the reader's hits), stats lines among
         them; else the block is searched for them. `found`: the reader's search of the gaps for BLOCK_ERROR
         among others (Prefilter.scan), else the block is searched for it here.
+        Of the failing access lines, each interval keeps a few raw (its first ones and its last, with their line
+        numbers): a failed-request window's evidence, decoded and redacted only for a window a rule reports.
         """
         counted = access_counts(block, gaps, starts)
         if counted is None:
@@ -112,14 +121,46 @@ class Series:
             first = e
             while e < len(errors) and errors[e].start() < start:
                 e += 1
-            self._count_errors(errors[first:e])
+            if e > first:
+                self._count_errors(errors[first:e])
+                self._note_failing(block, errors[first:e], first_number, pos, k, index, line_map)
             if start == len(block):
                 break
             k = index.at(start) if index is not None else k + block.count(b"\n", pos, start)
             number = first_number + (line_map[k] if line_map is not None and k < len(line_map) else k)
-            self._pending_http.append((number + 1, self._open_http[0], self._open_http[1]))
-            self._open_http = [0, {}]
+            self._pending_http.append((number + 1, *self._open_http))
+            self._open_http = [0, {}, []]
             pos = start
+
+    def _note_failing(self, block: bytes, errors: list[re.Match[bytes]], first_number: int, pos: int, k: int,
+                      index: Any, line_map: list[int] | None) -> None:
+        """Keep the open interval's first failing access lines and its last (INTERVAL_FAILING at most, raw, with
+        their line numbers): a window's evidence is taken from them. `pos`: where the interval's part of the
+        block starts (a line start), `k`: the block's lines before it."""
+        held = self._open_http[2]
+        picked = errors if len(errors) <= INTERVAL_FAILING else [*errors[:INTERVAL_FAILING - 1], errors[-1]]
+        at = pos
+        for m in picked:
+            start = block.rfind(b"\n", pos, m.start()) + 1 or pos
+            if index is not None:
+                k = index.at(start)
+            else:
+                k += block.count(b"\n", at, start)
+                at = start
+            end = block.find(b"\n", m.end())
+            raw = block[start:end if end != -1 else len(block)]
+            _keep_failing(held, (first_number + (line_map[k] if line_map is not None and k < len(line_map) else k) + 1,
+                                 bytes(raw)))
+
+    def _decode(self, number: int, raw: bytes) -> Line | None:
+        """A failing access line as the reader makes every line it shows: cleaned, redacted (each line by a
+        redactor of its own: a secret cut at the end of one is no reason to redact the start of an unrelated
+        next one), parsed."""
+        redactor = Redactor() if self.redact else None
+        lines = list(physical_to_lines(number, raw, redactor, False))
+        if redactor is not None:
+            self.redactions.update(redactor.counts)
+        return next((ln for ln in lines if " HTTP/" in ln.text), lines[0] if lines else None)
 
     def _count_errors(self, errors: list[re.Match[bytes]]) -> None:
         codes = self._open_http[1]
@@ -148,27 +189,32 @@ class Series:
             values["preemptions"] = values.get("preemptions", 0.0) + self._v0_pending
             self._v0_pending = 0.0
         values.setdefault("preemptions", 0.0)
-        self._take_http(line.number, values)
+        failing = self._take_http(line.number, values)
         self._last_t = t
-        self._add(Point(t, engine, values, line))
+        self._add(Point(t, engine, values, line, failing or None))
 
-    def _take_http(self, number: int, values: dict[str, float]) -> None:
+    def _take_http(self, number: int, values: dict[str, float]) -> list[tuple[int, bytes]] | None:
+        """The interval's requests and failed statuses into `values`; its failing access lines (a few)."""
         if not self._http_seen:
-            return
+            return None
         requests, codes = 0, {}
+        failing: list[tuple[int, bytes]] = []
         # one interval per stats line: several can share a physical line (an OTLP record holds many lines)
         own = False
         while self._pending_http and (self._pending_http[0][0] < number or
                                       (self._pending_http[0][0] == number and not own)):
             own = own or self._pending_http[0][0] == number
-            _, n, c = self._pending_http.popleft()
+            _, n, c, f = self._pending_http.popleft()
             requests += n
             for k, v in c.items():
                 codes[k] = codes.get(k, 0) + v
+            for item in f:
+                _keep_failing(failing, item)
         values["requests"] = float(requests)
         values["errors"] = float(sum(codes.values()))
         for k, v in codes.items():
             values[f"status_{k}"] = float(v)
+        return failing
 
     def _scrape(self, scrape: Scrape) -> None:
         self._scrapes += 1
@@ -201,7 +247,7 @@ class Series:
     def _add(self, p: Point) -> None:
         track = self.tracks.get(p.engine)
         if track is None:
-            track = self.tracks[p.engine] = Track(p.engine, self.keep, self.evidence)
+            track = self.tracks[p.engine] = Track(p.engine, self.keep, self.evidence, self._decode)
         track.add(p)
 
     # -- results -------------------------------------------------------------------------------------
@@ -290,10 +336,7 @@ class Series:
         d = w.as_dict(self.clock)
         timed = self.tracks[w.engine].points > 1
         listed = {k: v for k, v in d.items() if not k.startswith("_")} if i < MAX_WINDOWS and timed else None
-        evidence = [w.first_line] if w.first_line is not None else []
-        if w.peak_line is not None and w.peak_line is not w.first_line:
-            evidence.append(w.peak_line)
-        return window_facts(w, self.clock, common, listed), evidence
+        return window_facts(w, self.clock, common, listed), evidence_lines(w)
 
     def to_dict(self) -> dict[str, Any]:
         """The `series` object of the JSON report: downsampled points and windows per engine."""
@@ -308,6 +351,15 @@ class Series:
                 for e, t in sorted(self.tracks.items())
             },
         }
+
+
+def _keep_failing(held: list[tuple[int, bytes]], line: tuple[int, bytes]) -> None:
+    """Add a failing access line to an interval's few: the first INTERVAL_FAILING - 1 stay, the last slot is the
+    latest."""
+    if len(held) < INTERVAL_FAILING:
+        held.append(line)
+    else:
+        held[-1] = line
 
 
 def _gauges(vals: dict[str, float], prev: dict[str, float] | None, dt: float | None,

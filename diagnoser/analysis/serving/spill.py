@@ -21,6 +21,8 @@ MAX_WINDOWS = 100        #: windows listed per detector (all of them are counted
 
 #: Whether a rule may report a closed window: (kind, facts of the window alone) -> False when none can.
 WindowFilter = Callable[[str, Mapping[str, Any]], bool]
+#: A raw line (its number, its bytes) as the reader would give it: cleaned, redacted (unless --no-redact), parsed.
+LineDecoder = Callable[[int, bytes], Line | None]
 
 
 class Windows:
@@ -30,8 +32,11 @@ class Windows:
     file (_Spill) and read back in order at the end, so a log of any length holds a bounded number of windows
     and every report is what holding them all gives."""
 
-    def __init__(self, kind: str, keep: WindowFilter | None, evidence: int | None = None) -> None:
+    def __init__(self, kind: str, keep: WindowFilter | None, evidence: int | None = None,
+                 decode: LineDecoder | None = None) -> None:
         self.kind, self.keep = kind, keep
+        #: turns a window's failing access lines (raw) into its example lines; None: they are not shown
+        self.decode = decode
         self.total = 0
         #: the windows' lengths summed in order; saturated_seconds adds the engines' sums (with whole seconds, as
         #: vLLM's clock gives, the sum of every window in order; else it may differ from that in the last bit)
@@ -47,20 +52,25 @@ class Windows:
         self.total += 1
         if self.kind == "saturation":
             self.seconds += w.seconds
+        failing, w.failing = w.failing, None
         if self.keep is not None and not self.keep(self.kind, LocalFacts(w)):
             if w.index >= MAX_WINDOWS:
                 return
             w.dropped, w.first_line, w.peak_line = True, None, None
-        elif self.evidence is not None and w.first_line is not None:
-            if len(self._shown) >= self.evidence:
-                # its hit is folded, never shown: its place (line number, time, rank) is all it needs to keep,
-                # so a long log's reported windows hold no text
-                first = w.first_line
-                w.first_line = Line(number=first.number, text="", raw="", rank=first.rank,
-                                    timestamp=first.timestamp)
-                w.peak_line = None
-            else:
-                self._shown.update(ln.text.strip() for ln in (w.first_line, w.peak_line) if ln is not None)
+        elif self.evidence is not None and w.first_line is not None and len(self._shown) >= self.evidence:
+            # its hit is folded, never shown: its place (line number, time, rank) is all it needs to keep,
+            # so a long log's reported windows hold no text (nor are its failing lines decoded)
+            first = w.first_line
+            w.first_line = Line(number=first.number, text="", raw="", rank=first.rank,
+                                timestamp=first.timestamp)
+            w.peak_line = None
+            if failing and self.decode is not None:
+                w.examples = [Line(number=failing[0][0], text="", raw="")]
+        else:
+            if failing and self.decode is not None:
+                w.examples = [ln for number, raw in failing if (ln := self.decode(number, raw)) is not None] or None
+            if self.evidence is not None and w.first_line is not None:
+                self._shown.update(ln.text.strip() for ln in evidence_lines(w))
         if len(self._held) < MAX_WINDOWS:
             self._held.append(w)
             return
@@ -85,6 +95,17 @@ class Windows:
 
     def __bool__(self) -> bool:
         return bool(self._held)
+
+
+def evidence_lines(w: Window) -> list[Line]:
+    """What a window shows as evidence: its example lines (a failed-request window's failing access lines),
+    else its first line and its peak line."""
+    if w.examples:
+        return list(w.examples)
+    out = [w.first_line] if w.first_line is not None else []
+    if w.peak_line is not None and w.peak_line is not w.first_line:
+        out.append(w.peak_line)
+    return out
 
 
 SPILL_BATCH = 512  #: windows written to the spill file at a time
@@ -159,15 +180,17 @@ def _window_record(w: Window) -> tuple[Any, ...]:
     the first line, as one object)."""
     first, peak = w.first_line, w.peak_line
     return (*_WINDOW_STATE(w), None if first is None else _LINE_STATE(first),
-            None if peak is None else True if peak is first else _LINE_STATE(peak))
+            None if peak is None else True if peak is first else _LINE_STATE(peak),
+            None if w.examples is None else tuple(map(_LINE_STATE, w.examples)))
 
 
 def _window_of(kind: str, record: tuple[Any, ...]) -> Window:
     """The window _window_record gave `record` for."""
     (engine, start, end, step, points, peak_kv, max_waiting, max_running, preemptions, extra, peak_score, index,
-     dropped, first, peak) = record
+     dropped, first, peak, examples) = record
     first_line = None if first is None else Line(*first)
     peak_line = None if peak is None else first_line if peak is True else Line(*peak)
     return Window(kind, engine, start, end, step, first_line, peak_line, points, peak_kv, max_waiting, max_running,
-                  preemptions, extra, peak_score, index, dropped)
+                  preemptions, extra, peak_score, index, dropped,
+                  examples=None if examples is None else [Line(*e) for e in examples])
 

@@ -3,7 +3,8 @@
 A stats line (V0's "Avg prompt throughput ... Pending: N reqs, GPU KV cache usage: X%", V1's "Engine 000: ...
 Waiting: N reqs, GPU KV cache usage: X%, Prefix cache hit rate: Y%") closes one interval of one engine. Where its
 values sit depends only on its shape (digit classes), so a plan is made once per line shape (dense.ShapePlans)
-and each line is sliced. Access lines are counted in raw blocks, never decoded (`access_counts`).
+and each line is sliced. Access lines are counted in raw blocks, not decoded (`access_counts`); only a few failing
+ones per interval are kept raw (Series.access_block) and decoded when a window shows them as evidence.
 """
 
 from __future__ import annotations

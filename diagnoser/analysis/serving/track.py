@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from diagnoser.analysis.serving.buckets import Buckets
 from diagnoser.analysis.serving.detectors import Collapse, ErrorBurst, Point, QueueGrowth, Saturation, saturated
-from diagnoser.analysis.serving.spill import WindowFilter, Windows
+from diagnoser.analysis.serving.spill import LineDecoder, WindowFilter, Windows
 from diagnoser.ingest.line import Line
 
 DEFAULT_STEP = 10.0      #: seconds between stats lines when the log has no clock (vLLM's default interval)
@@ -23,11 +23,11 @@ class Track:
     """One engine's series: its downsampled points, its detectors and its totals."""
 
     def __init__(self, engine: str, keep: WindowFilter | None = None,
-                 evidence: Callable[[str], int | None] | None = None) -> None:
+                 evidence: Callable[[str], int | None] | None = None, decode: LineDecoder | None = None) -> None:
         self.engine = engine
         self.buckets = Buckets()
         self.windows: dict[str, Windows] = {
-            k: Windows(k, keep, evidence(k) if evidence is not None else None)
+            k: Windows(k, keep, evidence(k) if evidence is not None else None, decode)
             for k in ("saturation", "queue-growth", "throughput-collapse", "error-burst")}
         self.sat = Saturation(self.windows["saturation"])
         self.queue = QueueGrowth(self.windows["queue-growth"])
