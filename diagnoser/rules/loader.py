@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from diagnoser.lazyre import lazy
 from diagnoser.rules.model import (
     DEFAULT_THRESHOLD,
     Extractor,
@@ -132,8 +133,8 @@ def checked_builtin_rules() -> tuple[Rule, ...]:
 
 
 #: `cases:` as the last top-level key of a rule file (all the shipped ones end with it)
-_LAST_CASES = re.compile(r"^cases:.*\Z", re.MULTILINE | re.DOTALL)
-_TOP_KEY = re.compile(r"^[A-Za-z_]+:", re.MULTILINE)
+_LAST_CASES = lazy(r"^cases:.*\Z", re.MULTILINE | re.DOTALL)
+_TOP_KEY = lazy(r"^[A-Za-z_]+:", re.MULTILINE)
 
 
 def shipped_rule(path: Path) -> Rule:
@@ -185,8 +186,8 @@ def _shipped_pattern(item: dict[str, Any], derive: dict[str, str]) -> Pattern:
                    when_early=bool(when) and not names_read(when) & set(derive))
 
 
-_STRING = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
-_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_STRING = lazy(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
+_NAME = lazy(r"(?<![\w.])[A-Za-z_]\w*")
 
 
 def names_read(expression: str) -> set[str]:

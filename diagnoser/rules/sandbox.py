@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import re
 import threading
 import time
 import types
@@ -34,6 +33,7 @@ from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
+from diagnoser.lazyre import lazy
 from diagnoser.rules import functions as advice_functions
 from diagnoser.vllm import memory
 
@@ -180,7 +180,7 @@ def _bounded_range(*args: int) -> range:
     return r
 
 
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
+_PERCENT_SPEC = lazy(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
 
 
 def _check_percent(fmt: str) -> None:
