@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import IO, Any, Union
 
 from diagnoser.analysis.pipeline import Report
 from diagnoser.errors import DoctorError, InputError, UsageError
+from diagnoser.lazyre import lazy
 from diagnoser.rules.loader import builtin_rules, load_rules
 from diagnoser.rules.model import Rule, RuleError
 
@@ -34,7 +34,7 @@ __all__ = ["Plan", "Report", "Rules", "Source", "diagnose", "plan", "resolve_rul
 
 
 #: a one-line str that can only be meant as a file name: no spaces, and a folder or a log-like suffix
-_LOOKS_LIKE_PATH = re.compile(r"[^\s]*(?:/|\\)[^\s]*|[^\s]+\.(?:log|txt|out|err|gz|bz2|xz|zst|jsonl?)")
+_LOOKS_LIKE_PATH = lazy(r"[^\s]*(?:/|\\)[^\s]*|[^\s]+\.(?:log|txt|out|err|gz|bz2|xz|zst|jsonl?)")
 
 
 @lru_cache(maxsize=16)

@@ -66,6 +66,27 @@ def test_a_shipped_rule_compiles_its_regexes_and_reads_its_cases_on_first_use():
     assert rule.cases["match"] and rule.cases["near_miss"] and rule.cases._parsed is not None
 
 
+def test_a_shipped_rule_parses_its_long_parts_on_first_read_and_the_parts_make_the_whole():
+    import copy
+    import pickle
+
+    from diagnoser.datafiles import yaml_load
+    from diagnoser.rules.loader import _EAGER_KEYS, _LAST_CASES, builtin_rules_dir, shipped_rule, split_top_keys
+
+    for path in sorted(builtin_rules_dir().glob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        body = text[:_LAST_CASES.search(text).start()]
+        now, later = (yaml_load(part) or {} for part in split_top_keys(body, _EAGER_KEYS))
+        assert not now.keys() & later.keys() and {**now, **later} == yaml_load(body), path.name
+    rule = shipped_rule(builtin_rules_dir() / "kv-cache-too-small.yaml")
+    assert "advice" not in vars(rule) and "_deferred" in vars(rule)
+    twin = pickle.loads(pickle.dumps(rule))
+    assert copy.deepcopy(rule) == rule and "advice" in vars(rule) and "_deferred" not in vars(rule)
+    assert twin == rule and rule.advice and rule.extractors and rule.fixes
+    with pytest.raises(AttributeError):
+        rule.no_such_field  # noqa: B018
+
+
 def test_a_rule_pack_is_checked_and_its_regexes_compiled_at_load(tmp_path):
     rule = load_rule_file(write(tmp_path, PACK))
     assert all(e.compiled is not None for e in rule.extractors) and isinstance(rule.cases, dict)

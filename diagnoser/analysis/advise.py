@@ -9,7 +9,6 @@ reported it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,11 +17,12 @@ from diagnoser.analysis.fold import Fold
 from diagnoser.analysis.hits import MAX_EVIDENCE, Hit, drop_shadowed
 from diagnoser.analysis.tracker import Context
 from diagnoser.ingest.reader import Line
+from diagnoser.lazyre import lazy
 from diagnoser.rules.model import SEVERITY_RANK, Fix, Rule
 from diagnoser.vllm import serve_args
 from diagnoser.vllm.flags import lookup as lookup_flag
 
-BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")  #: template branches leave runs of blank lines
+BLANK_RUN = lazy(r"\n[ \t]*\n(?:[ \t]*\n)+")  #: template branches leave runs of blank lines
 #: Settings never carried into a suggested command (secrets, and values that only restate the model; --api-key
 #: is written as "$VLLM_API_KEY" by serve_args).
 COMMAND_SKIP = {"model", "model_tag", "hf_token", "token", "served_model_name_internal"}
@@ -270,7 +270,7 @@ NOT_A_FLAG_FIX = "no command is suggested: the fix is not a change to the comman
 #: ... or its flag's value needs a number the log does not print
 NO_VALUE = "no command is suggested: the log does not print the numbers that size the flag's value (see above)"
 #: advice that spells a whole command itself (`vllm serve ...`, `python -m vllm...`): no note is needed
-COMMAND_IN_ADVICE = re.compile(r"`(?:vllm serve|python -m vllm)\b")
+COMMAND_IN_ADVICE = lazy(r"`(?:vllm serve|python -m vllm)\b")
 
 
 def build_command(ctx: Context, fixes: list[dict[str, Any]]) -> tuple[str | None, str | None, list[str]]:

@@ -15,13 +15,14 @@ from typing import Any
 from diagnoser.analysis.tracker import to_number
 from diagnoser.ingest.dense import digit_free, shape_safe
 from diagnoser.ingest.reader import Line
+from diagnoser.lazyre import lazy
 from diagnoser.rules.model import Rule, wrap_tolerant
 from diagnoser.vllm import memory, units
 
 #: a text this long is not retried wrap-tolerantly (that retry is a fuzzy match: slow on long texts)
 WINDOW_CHARS = 4000
 
-_SPACES = re.compile(r"\s+")
+_SPACES = lazy(r"\s+")
 
 
 def type_fact(kind: str | None, raw: str) -> Any:

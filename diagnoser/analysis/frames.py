@@ -27,9 +27,10 @@ from functools import lru_cache
 from typing import Any
 
 from diagnoser import datafiles
+from diagnoser.lazyre import lazy
 
 #: `  File "/path/to/file.py", line 12, in func` (the indentation and the process prefix already stripped or not)
-FRAME_LINE = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.\-]+)')
+FRAME_LINE = lazy(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.\-]+)')
 #: stages that only a running server is in: a start-up frame further out wins over them (V0's profile_run
 #: calls execute_model; a LoRA load inside execute_model is still serving, the tracker keeps that)
 SERVING = frozenset({"serving", "request_handling"})

@@ -13,7 +13,6 @@ entries are matched against the serving series' windows at the end (`series_hits
 from __future__ import annotations
 
 import functools
-import re
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from diagnoser.ingest.dense import ShapeCache, remember, shape_key
 from diagnoser.ingest.keywords import LONG_TEXT, KeywordIndex, lowered
 from diagnoser.ingest.reader import Line
 from diagnoser.ingest.selection import WRAP_MAX
+from diagnoser.lazyre import lazy
 from diagnoser.rules.model import Pattern, Rule
 from diagnoser.vllm.stages import coarse
 
@@ -356,7 +356,7 @@ def _keep_most_specific(found: dict[str, Hit], hit: Hit) -> None:
 #: the window's listing and time labels (the clock learns the year late), the context, the facts as a whole.
 _LATE_NAMES = frozenset({"_serving_seconds", "_saturated_seconds", "source", "_window", "start", "end", "ctx",
                          "facts"})
-_NAME = re.compile(r"[A-Za-z_]\w*")
+_NAME = lazy(r"[A-Za-z_]\w*")
 
 
 def _window_local(source: str) -> bool:

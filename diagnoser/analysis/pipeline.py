@@ -19,6 +19,7 @@ from diagnoser.ingest.keywords import SMALL_BLOCK, BlockPattern
 from diagnoser.ingest.prefilter import Prefilter
 from diagnoser.ingest.reader import ReadStats, read_lines
 from diagnoser.ingest.redact import Redactor
+from diagnoser.lazyre import lazy
 from diagnoser.rules.loader import builtin_rules
 from diagnoser.rules.model import Rule
 
@@ -66,8 +67,8 @@ _PREFILTERS: dict[int, tuple[object, Prefilter]] = {}
 #: pass over each chunk as read; else in lower-cased bytes (a case-insensitive alternation in `re` runs at a few
 #: MB/s, slower than lower() and the plain one).
 _SIGN = rb"vllm|(?:info|warning|error|debug|critical) \d\d-\d\d \d\d:\d\d:\d\d"
-_VLLM_SIGN = BlockPattern(re.compile(_SIGN), 40)
-_VLLM_SIGN_ANYCASE = BlockPattern(re.compile(_SIGN, re.IGNORECASE), 40)
+_VLLM_SIGN = BlockPattern(lazy(_SIGN), 40)
+_VLLM_SIGN_ANYCASE = BlockPattern(lazy(_SIGN, re.IGNORECASE), 40)
 _SIGN_MAX = 32  #: bytes of the longest sign, at least: what a sign cut between two chunks has in each
 _SIGN_HEAD = 4096  #: bytes of a chunk searched for a sign before the whole of it
 

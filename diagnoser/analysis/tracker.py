@@ -23,6 +23,7 @@ from diagnoser.analysis import frames as places
 from diagnoser.ingest.dense import ShapeCache, ShapePlans
 from diagnoser.ingest.keywords import KeywordIndex
 from diagnoser.ingest.line import Line
+from diagnoser.lazyre import lazy
 from diagnoser.vllm import serve_args
 from diagnoser.vllm.releases import default, engine_choice, parse_version
 from diagnoser.vllm.stages import coarse, order
@@ -137,16 +138,16 @@ SETTING_ALIASES = {
 #: Keys from the engine config line: its values are resolved defaults, not the user's choice.
 ENGINE_ONLY = {"max_seq_len"}
 
-EXCEPTION = re.compile(
+EXCEPTION = lazy(
     r"^(?:[\w.]+\.)?(?P<exc>[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?:: (?P<msg>.*))?$"
     r"|^\s*Value error, (?P<pyd>.*)$"
 )
-FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
+FRAME = lazy(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
 TRACEBACK_START = "Traceback (most recent call last)"
 STATS = {
-    "running": re.compile(r"Running: (\d+) reqs"),
-    "waiting": re.compile(r"(?:Waiting|Pending): (\d+) reqs"),
-    "kv_pct": re.compile(r"KV cache usage: ([\d.]+)%"),
+    "running": lazy(r"Running: (\d+) reqs"),
+    "waiting": lazy(r"(?:Waiting|Pending): (\d+) reqs"),
+    "kv_pct": lazy(r"KV cache usage: ([\d.]+)%"),
 }
 
 
@@ -179,7 +180,7 @@ def _coerce(value: Any) -> Any:
     return value
 
 
-SETTING_PAIR = re.compile(r"(?:^|[\s,{(])'?(?P<key>[a-z_][\w]*)'?\s*[=:]\s*(?P<value>'[^']*'|\"[^\"]*\"|[^,(){}\[\]]+)")
+SETTING_PAIR = lazy(r"(?:^|[\s,{(])'?(?P<key>[a-z_][\w]*)'?\s*[=:]\s*(?P<value>'[^']*'|\"[^\"]*\"|[^,(){}\[\]]+)")
 
 
 def _dict_with_objects(text: str) -> dict[str, Any] | None:
@@ -284,7 +285,7 @@ def landmark_keywords() -> list[str]:
 
 
 #: a worker's tensor-parallel rank in its process tag: `VllmWorker TP1`, `Worker_TP1`, `Worker_DP0_TP1`
-TP_TAG = re.compile(r"(?:\b|_)TP(\d+)\b")
+TP_TAG = lazy(r"(?:\b|_)TP(\d+)\b")
 
 
 @dataclass

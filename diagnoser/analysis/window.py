@@ -8,7 +8,6 @@ never joined: each is matched alone.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,6 +15,7 @@ from diagnoser.analysis.tracker import FRAME, TRACEBACK_START, is_exception_line
 from diagnoser.ingest.reader import MAX_LINE, Line
 from diagnoser.ingest.selection import FOLLOW
 from diagnoser.ingest.unwrap import WRAP_MIN_WIDTH
+from diagnoser.lazyre import lazy
 
 #: a piece this long is a cut of an enormous line (reader.MAX_LINE), not a wrapped message
 CUT_PIECE = MAX_LINE // 2
@@ -73,8 +73,8 @@ def full_piece(prev: Line, first: Line) -> bool:
 
 
 #: The start of a vLLM header that the prefix stripper did not take (the line was cut inside it).
-_HEADER_START = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:")
-_DIGIT_JOIN = re.compile(r"(?:\d|\d\.)$")
+_HEADER_START = lazy(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:")
+_DIGIT_JOIN = lazy(r"(?:\d|\d\.)$")
 
 
 def joined_texts(window: list[Line]) -> tuple[str, str]:

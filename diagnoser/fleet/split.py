@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,13 +21,14 @@ from typing import IO, Any, BinaryIO
 
 from diagnoser.errors import InputError, LimitError
 from diagnoser.ingest.sources import sniff
+from diagnoser.lazyre import lazy
 
 HEAD = 1 << 16
 MAX_STREAMS = 1000                 #: more pods/containers than this in one file is refused, not guessed at
 MAX_API_JSON = 256 << 20           #: a Loki API response is one JSON document: parsed whole, so bounded
-KUBECTL = re.compile(rb"^\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\] ?")
-LOGCLI = re.compile(rb"^(?P<ts>\d{4}-\d\d-\d\dT\S+)\s+\{(?P<labels>[^{}\n]*)\}\s(?P<line>.*)$")
-LABEL = re.compile(r'([A-Za-z_][\w.]*)="((?:[^"\\]|\\.)*)"')
+KUBECTL = lazy(rb"^\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\] ?")
+LOGCLI = lazy(rb"^(?P<ts>\d{4}-\d\d-\d\dT\S+)\s+\{(?P<labels>[^{}\n]*)\}\s(?P<line>.*)$")
+LABEL = lazy(r'([A-Za-z_][\w.]*)="((?:[^"\\]|\\.)*)"')
 POD_KEYS = ("pod", "pod_name", "k8s_pod_name", "kubernetes_pod_name")
 CONTAINER_KEYS = ("container", "container_name", "k8s_container_name", "kubernetes_container_name")
 NAMESPACE_KEYS = ("namespace", "k8s_namespace_name", "kubernetes_namespace_name")

@@ -14,41 +14,43 @@ from collections.abc import Callable, Iterator
 
 from diagnoser.ingest.keywords import BlockPattern, KeywordIndex
 from diagnoser.ingest.line import LEVELS, PROC, Line, parse_line
+from diagnoser.lazyre import lazy
 
 LONG_RAW = 1 << 12       #: a line this long is checked for control bytes before cleaning
 
 #: an ESC lost in transit ('[1;36m' left, no word character or bracket before the "["), led by its literal "[" so
 #: that re skips to each "[" in C rather than trying the look-behind at every character
 _LOST_ESC = r"\[(?<![\w\]\[]\[)[0-9]{1,3}(?:;[0-9]{1,3})*m"
-ANSI = re.compile(  # every alternative led by a literal: re skips to the next ESC, "^" or "[" in C
+ANSI = lazy(  # every alternative led by a literal: re skips to the next ESC, "^" or "[" in C
     r"\x1b\[[0-?]*[ -/]*[@-~]"            # CSI: colours, cursor moves
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
     r"|\x1b[@-Z\\-_]"                       # two-byte escapes
     r"|\^\[\[[0-?]*[ -/]*[@-~]"             # caret form left by copy-paste
     "|" + _LOST_ESC
 )
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"
+CONTROL = lazy(_CONTROL)
 #: all that ANSI can match in a text without ESC and without the caret form
-LOST_ESC = re.compile(_LOST_ESC)
+LOST_ESC = lazy(_LOST_ESC)
 #: CONTROL's characters as bytes (the same in UTF-8): a long raw line without any needs no CONTROL pass
 _CONTROL_BYTES = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])
-_CONTROL_SEARCH = BlockPattern(re.compile(CONTROL.pattern.encode()), 1)
+_CONTROL_SEARCH = BlockPattern(lazy(_CONTROL.encode()), 1)
 
 #: Where a flattened log restarts a record: a process tag or a vLLM header not at the line start.
-RESTART = re.compile(
+RESTART = lazy(
     r"(?<=\S)(?:(?=\s?" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?:") + ")"
     + rf"|(?<!\))(?=\s?(?:{LEVELS}) \d\d-\d\d \d\d:\d\d:\d\d [\[\w])"
     + rf"|(?=\s(?:{LEVELS}):\s{{2,}}\S))"  # uvicorn's 'INFO:     10.0.0.1:5000 - "POST ...'
 )
 #: More places where a flattened paste restarts a line, used only on text that is flattened for sure: raw
 #: traceback lines, exception lines, rank tags and timestamps have no vLLM header to split at.
-FLAT_RESTART = re.compile(
+FLAT_RESTART = lazy(
     r"(?<=\S)(?=\s+(?:Traceback \(most recent call last\):|File \"[^\"]+\", line \d+, in "
     r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt):\s|\[rank\d+\]:\s"
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d))"
 )
 #: A Markdown code fence line (```text, ~~~): chat formatting, never log content.
-FENCE = re.compile(r"^\s*(?:>\s*)*(?:`{3,}|~{3,})[\w+-]*\s*$")
+FENCE = lazy(r"^\s*(?:>\s*)*(?:`{3,}|~{3,})[\w+-]*\s*$")
 
 Redactor = Callable[[str], str]  #: a secret redactor (redact.Redactor): text in, text out
 
@@ -67,8 +69,8 @@ def clean_text(text: str, controls: bool = True) -> str:
 
 
 #: The line's own leading prefixes (a process tag, a vLLM header): no record restarts inside them.
-_LEAD = re.compile(r"(?:" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?:") + r"\s?)?"
-                   rf"(?:(?:{LEVELS}) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]\s]+:\d+\]|[\w./-]+:\d+\])\s?)?")
+_LEAD = lazy(r"(?:" + PROC.replace("?P<proc>", "?:").replace("?P<pid>", "?:") + r"\s?)?"
+             rf"(?:(?:{LEVELS}) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]\s]+:\d+\]|[\w./-]+:\d+\])\s?)?")
 #: Literal words that any restart point needs (a cheap test before the regexes run over a long line).
 _RESTART_WORDS = ("pid=", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "Traceback", ' File "', "Error: ",
                   "Exception: ", "[rank", "Exit: ", "Interrupt: ")
@@ -110,7 +112,7 @@ def _cut(text: str, restart: re.Pattern[str]) -> list[str]:
 
 
 #: what every RESTART point is at or right before: a "(" (a process tag) or a level (a vLLM or uvicorn header)
-_RESTART_NEAR = re.compile(r"\(|" + LEVELS)
+_RESTART_NEAR = lazy(r"\(|" + LEVELS)
 
 
 def _restart_points(text: str) -> list[int]:

@@ -21,7 +21,6 @@ asked (a block with ` HTTP/` goes the general way). So:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from diagnoser.ingest.line import RANK_IN_PROC, Line
 from diagnoser.ingest.redact import Redactor
 from diagnoser.ingest.redact_hints import maybe_secret
 from diagnoser.ingest.request_lines import USER_CONTENT_MARKERS
+from diagnoser.lazyre import lazy
 
 if TYPE_CHECKING:
     from diagnoser.ingest.selection import LineIndex
@@ -42,7 +42,7 @@ ZEROS = bytes.maketrans(b"123456789", b"000000000")
 #: A whole line: maybe a coloured process tag (`ESC[1;36m(APIServer pid=1)ESC[0;0m `, the reader's "proc"
 #: prefix in its plainest form), vLLM's header (the reader's "vllm" prefix, with a source) and a message of
 #: printable ASCII that starts with a letter (so no other prefix of the reader can follow the header).
-PLAIN = re.compile(
+PLAIN = lazy(
     rb"(?:(\x1b\[[0-9;]*m)?\(([A-Za-z_]\w*(?:[ _][\w=]+)*?) pid=([0-9]+)\)(\x1b\[[0-9;]*m)? ?)?"
     rb"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? "
     rb"(?:\[([^\]\s]+:\d+)\]|([\w./-]+:\d+)\])[ \t]?[A-Za-z][ -~]*")
@@ -194,7 +194,7 @@ class ShapePlans:
         return found
 
 
-_QUANTIFIER = re.compile(r"(?<!\\)\{\d*(?:,\d*)?\}")
+_QUANTIFIER = lazy(r"(?<!\\)\{\d*(?:,\d*)?\}")
 
 
 def shape_safe(source: str) -> bool:

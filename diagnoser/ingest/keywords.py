@@ -19,9 +19,10 @@ from typing import Any
 #: compiling the regex takes tens of milliseconds, a pasted fragment is done sooner keyword by keyword
 LONG_TEXT = 4096
 HS_AFTER = 300
-#: with hyperscan, whose database compiles in ~10-40 ms, the texts tested keyword by keyword
-#: are at most this many keyword tests (~0.13 us each): 55 texts for the rules' ~360 keywords, not 300
-SMALL_TESTS = 20_000
+#: with hyperscan, whose database compiles in ~10-40 ms, the texts tested keyword by keyword are at most this
+#: many keyword tests (~0.13-0.2 us each), about one database's compile time: a short log never pays for one, a
+#: long one pays for at most twice the compile (the rules' ~500 keywords: 297 texts; the landmarks' ~70: 300)
+SMALL_TESTS = 150_000
 #: BlockPattern leaves shorter ranges to the regex (about 1.5 ms for 64 KiB of the worst pattern, no match;
 #: compiling its database takes 1-5 ms)
 SMALL_BLOCK = 1 << 16

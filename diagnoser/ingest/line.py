@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from diagnoser.ingest.keywords import KeywordIndex, lowered_part
+from diagnoser.lazyre import lazy
 
 LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 PROC = r"\((?P<proc>[A-Za-z_][\w]*(?:[ _][\w=]+)*?)\s+pid=(?P<pid>\d+)(?:,\s*ip=[^)\s]*)?\)"
@@ -53,10 +54,10 @@ def _any_prefix(prefixes: tuple[tuple[str, re.Pattern[str]], ...]) -> re.Pattern
 
 _PREFIX = _any_prefix(PREFIXES)
 _PREFIX_GROUPS = {name: [(f"{name}__{g}", g) for g in p.groupindex] for name, p in PREFIXES}
-RANK_IN_PROC = re.compile(r"(?:rank=|TP|rank)(\d+)")
+RANK_IN_PROC = lazy(r"(?:rank=|TP|rank)(\d+)")
 
 #: Lines that echo user content (prompts) must never be taken for vLLM's own messages.
-USER_CONTENT = re.compile(
+USER_CONTENT = lazy(
     r"^(?:Received request|Added request|Finished request|Aborted request|Request \S+ (?:details|params))"
     r"|\bprompt: '|\bprompt_token_ids: \[|\"(?:GET|POST|PUT|DELETE) /"
 )

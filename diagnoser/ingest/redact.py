@@ -79,19 +79,20 @@ from diagnoser.ingest.redact_patterns import (
     secret_flag,
     secret_key,
 )
+from diagnoser.lazyre import lazy
 
 #: A log line's header: a key block that never ends is over where the log goes on (it cannot hide the log).
-_LOG_HEADER = re.compile(r"(?:^|\s)(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d"
-                         r"|^Traceback \(most recent call last\)")
+_LOG_HEADER = lazy(r"(?:^|\s)(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d"
+                   r"|^Traceback \(most recent call last\)")
 #: Lines a key block may hold at most (a 4096-bit PGP key with its armour: ~110).
 KEY_BLOCK_LINES = 400
-_COOKIE_PAIR = re.compile(r"(?P<name>[^=;,\s]+)=(?P<val>[^;,\s]*)")
+_COOKIE_PAIR = lazy(r"(?P<name>[^=;,\s]+)=(?P<val>[^;,\s]*)")
 _COOKIE_ATTRS = {"path", "domain", "expires", "max-age", "samesite", "secure", "httponly", "priority", "version"}
 #: A token-shaped fragment at the end of a line, and the start of the next: a hard wrap cut a secret.
-_PARTIAL_AT_END = re.compile(
+_PARTIAL_AT_END = lazy(
     r"(?<![\w-])(?P<val>(?:hf_|api_org_|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AIza|nvapi-|eyJ)[A-Za-z0-9_.-]*)$"
 )
-_CONTINUATION = re.compile(r"^(?P<val>[A-Za-z0-9_.+/=-]+)(?=[\s'\",;)\]}]|$)")
+_CONTINUATION = lazy(r"^(?P<val>[A-Za-z0-9_.+/=-]+)(?=[\s'\",;)\]}]|$)")
 
 _NOT_SECRET = {"", "none", "null", "nil", "true", "false", "[]", "{}", "()", "0", "***", "<redacted>",
                "redacted", "<none>", "unset", "xxx", "bearer", "basic"}
@@ -379,10 +380,10 @@ class Redactor:
         return MARK.format(kind=kind)
 
 
-_QUOTED = re.compile(r"(['\"])((?:[^\\]|\\.)*?)\1")
-_QUOTES = re.compile(r"(\\*['\"])(.*)\1", re.S)
-_ENDS_IN_MARK = re.compile(r"«redacted:(?P<kind>\w+)»$")
-_HEADER_WORD = re.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|Traceback|File)$")
+_QUOTED = lazy(r"(['\"])((?:[^\\]|\\.)*?)\1")
+_QUOTES = lazy(r"(\\*['\"])(.*)\1", re.S)
+_ENDS_IN_MARK = lazy(r"«redacted:(?P<kind>\w+)»$")
+_HEADER_WORD = lazy(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|Traceback|File)$")
 _PARTIAL_HINTS = ("hf_", "api_org_", "sk-", "gh", "github_pat_", "xox", "aiza", "nvapi-", "eyj")
 
 

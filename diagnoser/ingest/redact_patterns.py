@@ -14,6 +14,8 @@ from collections import Counter
 
 from rapidfuzz.distance import OSA
 
+from diagnoser.lazyre import lazy
+
 MARK = "«redacted:{kind}»"
 MARK_START = "«redacted:"
 
@@ -31,14 +33,14 @@ _KEY_CORE = (
 )
 #: `key: value` / `key=value` / `'key': 'value'` / `"KEY": "value"`; the value is a list, a quoted string
 #: or a bare word.
-KEYED = re.compile(
+KEYED = lazy(
     r"(?<![\w$-])(?P<kq>\\*['\"]?)(?P<key>" + _KEY_CORE + r")(?P=kq)(?P<sep>\s*[:=]\s*)"
     r"(?P<val>\[[^\]]*\]|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\\+\"[^\"\\]*\\+\"|[^\s,;)}\]'\"\\]+)"
 )
 #: `--api-key VALUE`, `--api-key=VALUE`, `--hf-token 'VALUE'`; any flag name: secret_flag() decides. Led by its
 #: literal "-" (no word character or "-" before it, tested after), so that re skips to each "-" in C instead of
 #: trying the look-behind at every character (a megabyte piece in 1 ms instead of 70).
-FLAG = re.compile(
+FLAG = lazy(
     r"-(?<![\w-]-)-?(?P<key>[A-Za-z][\w-]{1,40})(?:=|\s+)"
     r"(?P<val>'[^']*'|\"[^\"]*\"|[^\s'\"]+)"
 )
@@ -51,7 +53,7 @@ EXACT_SECRET_FLAGS = {"api-key", "hf-token", "token", "password", "secret", "acc
 _AUTH_PARAM = r"[\w.+/~-]+=(?:\\?\"(?:[^\"\\]|\\.)*?\\?\"|[^\s'\",)}\]]+)"
 #: `Authorization: SCHEME CREDENTIAL` under any scheme (`Bearer`, `Api-Key`, `SharedKey`, `Bot`, `Digest` with its
 #: parameters...), also `authorization=X`, `'Authorization': 'X'` and a headers list's `('Authorization', 'X')`.
-AUTH_HEADER = re.compile(
+AUTH_HEADER = lazy(
     r"(?i)(?<![\w-])(?:proxy-)?authorization(?:['\"]?\s*[:=]|['\"]\s*,)\s*['\"]?"
     r"(?:(?P<scheme>[A-Za-z][\w.+-]{0,39})\s+)?"
     r"(?P<val>" + _AUTH_PARAM + r"(?:\s*,?\s*" + _AUTH_PARAM + r")*|[^\s'\",;)}\]]+)"
@@ -65,12 +67,12 @@ AUTH_SCHEMES = frozenset({
     "jwt", "mac", "hawk", "signature", "klaviyo-api-key", "zoho-oauthtoken", "sso-key", "client-id", "kerberos",
     "otp", "sk", "secret", "credential", "credentials", "pat", "access-token", "bearer-token"})
 #: A lone `Bearer X` with a token-shaped X (has a digit, 8+ characters): not "Bearer authentication".
-BEARER = re.compile(r"(?i)(?<![\w-])bearer\s+(?P<val>(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,})")
+BEARER = lazy(r"(?i)(?<![\w-])bearer\s+(?P<val>(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,})")
 #: Credential headers: `x-api-key: X`, `api-key: X`, any dashed name ending in token / secret / password /
 #: credential(s) (`X-Auth-Token`, `Private-Token`, `X-Vault-Token`, `api-token`), an `x-` header ending in key / auth
 #: / signature (`X-Goog-Api-Key`, `X-Registry-Auth`), and the keys named for what they open
 #: (`Ocp-Apim-Subscription-Key`, `X-Functions-Key`). Led by a letter or digit with no word character or `-` before it.
-HEADER_KEY = re.compile(
+HEADER_KEY = lazy(
     r"(?i)(?<![\w-])(?P<key>x-(?:[a-z0-9]+-)*(?:key|auth|token|secret|signature|password|credentials?)"
     r"|(?:[a-z0-9]+-)+(?:token|secret|password|passwd|pass|credentials?)"
     r"|(?:[a-z0-9]+-)*api-?key"
@@ -80,33 +82,33 @@ HEADER_KEY = re.compile(
 )
 #: A credential in a URL's query string (`?token=`, `&sig=`, `X-Amz-Signature=`, `?key=`), also in an access
 #: log's request line that has no scheme.
-URL_QUERY = re.compile(
+URL_QUERY = lazy(
     r"(?i)[?&;](?P<key>(?:x-(?:amz|goog)-)?(?:signature|security-token|credential)|sig|token|access_token"
     r"|refresh_token|id_token|auth|auth_token|api[_-]?key|key|password|passwd|pwd|pass|secret|client_secret"
     r"|session|sessionid|jwt)=(?P<val>[^&#\s'\"<>:,;)\]}«»]+)"
 )
 #: A random-looking user name in a URL with no password (`https://TOKEN@host`, how some git hosts take one).
-URL_USER = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<val>[A-Za-z0-9_.~+-]{16,})@")
+URL_USER = lazy(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<val>[A-Za-z0-9_.~+-]{16,})@")
 #: A PEM private key: its header, the base64 on the line, and (by the hard-wrap carry) the lines after it.
-PRIVATE_KEY = re.compile(r"(?P<head>-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)(?P<val>[A-Za-z0-9+/=\s\\]*)")
+PRIVATE_KEY = lazy(r"(?P<head>-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)(?P<val>[A-Za-z0-9+/=\s\\]*)")
 #: The end of a private key block (PEM, OpenSSH, PGP); every line before it is part of the key.
-PRIVATE_KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+PRIVATE_KEY_END = lazy(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 #: The password of `scheme://user:password@host` (user may be empty: `redis://:pw@host`); the password
 #: runs to the last `@` before the host, so one holding `/` or `@` is taken whole.
-URL_PASSWORD = re.compile(
+URL_PASSWORD = lazy(
     r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@'\"«»]*:(?P<val>[^\s'\"«»]+)@(?=[^\s@/'\"«»]+(?:[/?#:\s'\",;)\]]|$))"
 )
 #: `Cookie: a=1; b=2` and `Set-Cookie: session=...; Path=/`: the values (attributes stay).
-COOKIE = re.compile(r"(?i)(?<![\w-])(?:set-)?cookie['\"]?\s*[:=]\s*['\"]?(?P<val>[^\r\n'\"]+)")
+COOKIE = lazy(r"(?i)(?<![\w-])(?:set-)?cookie['\"]?\s*[:=]\s*['\"]?(?P<val>[^\r\n'\"]+)")
 #: A value after the words token / secret / key / password: redacted when it looks random (entropy).
-ENTROPY = re.compile(
+ENTROPY = lazy(
     r"(?i)(?<![\w-])(?:token|secret|key|password|passwd|apikey)s?\b['\"]?(?:\s+is)?\s*[:=]?\s*['\"]?"
     r"(?P<val>[A-Za-z0-9+/_.~=-]{16,})"
 )
 #: Tokens whose issuer's prefix says what they are, so they need no key around them: (kind, what a line
 #: must hold (lower case) before the pattern runs, the pattern).
 ISSUED_TOKENS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = tuple(
-    (kind, hints, re.compile(source)) for kind, hints, source in (
+    (kind, hints, lazy(source)) for kind, hints, source in (
         ("hf_token", ("hf_", "api_org_"), r"(?<![A-Za-z0-9_])(?P<val>(?:hf|api_org)_[A-Za-z0-9]{20,})\b"),
         ("api_key", ("sk-",),
          r"(?<![\w-])(?P<val>sk-(?:proj-|svcacct-|admin-|ant-(?:api\d\d-)?)?(?=[A-Za-z_-]*\d)[A-Za-z0-9_-]{20,})"),
@@ -161,7 +163,7 @@ def secret_flag(name: str) -> bool:
     return lookup("--" + low) is None
 
 
-_SECRET_KEY = re.compile(_KEY_CORE)
+_SECRET_KEY = lazy(_KEY_CORE)
 
 
 def secret_key(key: str) -> bool:

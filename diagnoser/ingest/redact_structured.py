@@ -7,10 +7,10 @@ redacted (which breaks JSON escapes); a string under a secret-named key goes who
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from diagnoser.ingest.redact import Redactor
+from diagnoser.lazyre import lazy
 
 
 def redact_value(value: Any, redactor: Redactor, _depth: int = 0) -> Any:
@@ -44,7 +44,7 @@ def redact_value(value: Any, redactor: Redactor, _depth: int = 0) -> Any:
     return value
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_STRING = lazy(r'"(?:[^"\\]|\\.)*"')
 
 
 def looks_like_json(line: str) -> bool:

@@ -8,13 +8,13 @@ blank them before a search, to search only the gaps between them, or to test one
 
 from __future__ import annotations
 
-import re
+from diagnoser.lazyre import lazy
 
 #: Request-logger lines echo prompts (often huge, often full of words like "error"): never evidence. (Each
 #: starts with "]": user_spans walks them.)
 USER_CONTENT_MARKERS = (b"] Received request ", b"] Generated response ", b"] Request details ")
 #: uvicorn's access lines record one HTTP request each: never evidence, and most of a quiet serving log.
-ACCESS = re.compile(rb' HTTP/[12](?:\.[01])?" \d{3}\b')
+ACCESS = lazy(rb' HTTP/[12](?:\.[01])?" \d{3}\b')
 #: How far into a line a marker may sit: process tag + vLLM header, not deep inside a flattened paste.
 USER_CONTENT_REACH = 240
 

@@ -11,7 +11,6 @@ follow lines a block's last keyword lines owe carry over to the next block.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,7 @@ from diagnoser.ingest.dense import is_dense, physical_lines
 from diagnoser.ingest.line import Line
 from diagnoser.ingest.prefilter import Prefilter
 from diagnoser.ingest.unwrap import WRAP_MIN_WIDTH
+from diagnoser.lazyre import lazy
 
 if TYPE_CHECKING:
     from diagnoser.ingest.reader import ReadStats
@@ -31,7 +31,7 @@ Blank = Callable[[bytes, int], bool]  #: whether the line of a block starting at
 
 #: A line that starts a new log record (a vLLM header, maybe after a process tag, or a timestamp): never a
 #: piece of the line before it. Matched (anchored) at a line's offset in the raw bytes.
-RECORD_START = re.compile(
+RECORD_START = lazy(
     rb"(?:\x1b\[[\d;]*m)?(?:\([^)\n]{0,80}pid=\d+[^)\n]{0,40}\)(?:\x1b\[[\d;]*m)?\s*)?"
     rb"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:)")
 

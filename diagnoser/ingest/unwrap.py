@@ -8,17 +8,16 @@ each joined line the physical line it starts on.
 
 from __future__ import annotations
 
-import re
-
 from diagnoser.ingest.request_lines import blank_user_content
+from diagnoser.lazyre import lazy
 
 WRAP_MIN_WIDTH = 40      #: a terminal or chat window wraps at this many columns or more
 
 #: What a wrapped piece may not start with: a prefix of its own means a new record, not a piece.
-_OWN_PREFIX = re.compile(
+_OWN_PREFIX = lazy(
     rb"(?:\x1b\[[\d;]*m)?(?:\([^)\n]{0,80}pid=\d+|\[rank\d+\]:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
     rb"|\d{4}-\d\d-\d\d[T ]\d\d:|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d|Traceback \(most recent|  File \")")
-_QUOTE = re.compile(rb"(?:>[ \t]?)+")
+_QUOTE = lazy(rb"(?:>[ \t]?)+")
 UNWRAP_SAMPLE = 400       #: lines looked at to decide whether a block was hard-wrapped
 MAX_WRAP_BYTES = 1200     #: a wrapped piece is at most this long (wider than any terminal, 4 bytes a column)
 
@@ -51,7 +50,7 @@ def wrap_width(block: bytes) -> int | None:
         widths.append(_columns(block[pos:end]))
         nxt = end + 1
         continued.append(nxt < len(block) and block[nxt:nxt + 1] not in (b"\n", b"\r")
-                         and not _OWN_PREFIX.match(_QUOTE.sub(b"", block[nxt:nxt + 200], count=1)))
+                   and not _OWN_PREFIX.match(_QUOTE.sub(b"", block[nxt:nxt + 200], count=1)))
         pos = nxt
     long_ones = [w for w in widths if w >= WRAP_MIN_WIDTH]
     if len(long_ones) < 2:

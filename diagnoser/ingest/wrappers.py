@@ -24,16 +24,17 @@ from collections.abc import Callable
 from typing import Any
 
 from diagnoser.ingest.keywords import BlockPattern
+from diagnoser.lazyre import lazy
 
 #: A line that may be a JSON record, after the text prefixes a shipper may put before it (kubectl's
 #: `[pod/name/container] `, a docker/kubectl RFC 3339 timestamp, a CRI `stdout F ` tag).
-JSON_LINE = re.compile(
+JSON_LINE = lazy(
     rb"^[ \t]*(?:\[[^\]\n]{1,300}\] )?(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) )?"
     rb"(?:(?:stdout|stderr) [FP] )?(?=\{\")", re.MULTILINE)
 #: A CRI (containerd / CRI-O, /var/log/pods) partial line: `<time> stdout P <piece>`, continued on the next.
-CRI_PARTIAL = re.compile(rb"^(\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) )P (.*)$", re.MULTILINE)
+CRI_PARTIAL = lazy(rb"^(\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) )P (.*)$", re.MULTILINE)
 CRI_MARKERS = (b" stdout P ", b" stderr P ")
-CRI_HEAD = re.compile(rb"\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] ")
+CRI_HEAD = lazy(rb"\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) [FP] ")
 MAX_DEPTH = 3            #: a wrapper inside a wrapper (Loki line holding a docker record holding vLLM JSON)
 MAX_RECORD = 8 << 20     #: a longer JSON line is left as it is (the reader cuts it in pieces)
 
@@ -41,12 +42,12 @@ LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL", "ERR": "ERROR", "CRIT": "
                "ALERT": "CRITICAL", "NOTICE": "INFO", "INFORMATION": "INFO", "TRACE": "DEBUG"}
 VLLM_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: asctime as Python's logging prints it by default (2025-01-21 14:04:41,123), ISO, or vLLM's datefmt.
-_ASCTIME = re.compile(r"(?:\d{4}-)?(\d\d)-(\d\d)[T ](\d\d:\d\d:\d\d)")
+_ASCTIME = lazy(r"(?:\d{4}-)?(\d\d)-(\d\d)[T ](\d\d:\d\d:\d\d)")
 
 
 #: lone surrogates that a JSON `\\ud800` escape decodes to and UTF-8 cannot hold (U+DC80-U+DCFF are the bytes
 #: that surrogateescape kept: those go back to their bytes)
-_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+_LONE_SURROGATE = lazy("[\ud800-\udc7f\udd00-\udfff]")
 
 
 def _encoded(text: str) -> bytes:
@@ -302,9 +303,9 @@ RECORD_KINDS: tuple[tuple[Callable[[dict[str, Any]], bool], Callable[..., list[s
 #: `gcloud logging read --format=json` (and the console's download): one pretty-printed JSON array, a field a line
 PRETTY_MARKERS = (b'  "textPayload": "', b'  "jsonPayload": {')
 #: Either marker, found in one pass (hyperscan's when installed: most blocks have neither).
-PRETTY = BlockPattern(re.compile(b"|".join(re.escape(m) for m in PRETTY_MARKERS)), 20)
-PRETTY_TEXT = re.compile(rb'^\s*"(?:textPayload|message)": ("(?:[^"\\]|\\.)*"),?\s*$')
-PRETTY_SYNTAX = re.compile(rb'^\s*(?:[\[\]{}],?|"[^"\n]*": .*)\s*$')
+PRETTY = BlockPattern(lazy(b"|".join(re.escape(m) for m in PRETTY_MARKERS)), 20)
+PRETTY_TEXT = lazy(rb'^\s*"(?:textPayload|message)": ("(?:[^"\\]|\\.)*"),?\s*$')
+PRETTY_SYNTAX = lazy(rb'^\s*(?:[\[\]{}],?|"[^"\n]*": .*)\s*$')
 
 
 def _pretty(block: bytes) -> tuple[bytes, list[int]]:

@@ -16,6 +16,7 @@ from diagnoser.launch.docker import docker_run, program
 from diagnoser.launch.model import Launch
 from diagnoser.launch.pins import vllm_image
 from diagnoser.launch.shell import LaunchFileError, Word, shell_words, simple_commands
+from diagnoser.lazyre import lazy
 from diagnoser.vllm import serve_args
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -29,8 +30,8 @@ WRAPPERS = {"exec", "nohup", "env", "sudo", "time", "nice", "uv", "uvx", "poetry
             "stdbuf", "numactl", "taskset", "timeout", "setsid", "command", "-u", "-E"}
 KEYWORDS = {"{", "}", "!", "if", "then", "else", "elif", "do", "while", "until", "time", "exec", "nohup",
             "command", "builtin"}
-_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=.*", re.S)
-_SHELL_C = re.compile(r"-[a-z]*c[a-z]*")
+_ASSIGNMENT = lazy(r"[A-Za-z_]\w*=.*", re.S)
+_SHELL_C = lazy(r"-[a-z]*c[a-z]*")
 
 
 def _is_python(word: str) -> bool:

@@ -19,12 +19,13 @@ from diagnoser.launch.detect import find_program, from_shell, launch_from_words,
 from diagnoser.launch.model import Launch, literal_env, literal_words, with_image
 from diagnoser.launch.pins import vllm_image
 from diagnoser.launch.shell import LaunchFileError, Word, shell_words
+from diagnoser.lazyre import lazy
 
 #: dockerfile-parse joins a continued instruction by repeated string concatenation: quadratic in the
 #: instruction's length. Real Dockerfiles cost a few million character copies; a file over this budget is
 #: refused in a linear pre-scan rather than read for minutes.
 MAX_JOIN_COST = 200_000_000
-_CONTINUED = re.compile(r"[\\`]\s*\Z")
+_CONTINUED = lazy(r"[\\`]\s*\Z")
 
 
 @dataclass

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from diagnoser.launch.pins import image_version
 from diagnoser.launch.shell import MAX_WORDS, Word, too_many_words
+from diagnoser.lazyre import lazy
 
 #: A word the shell (or compose, or Kubernetes) would expand: its value is unknown here.
-DYNAMIC_RE = re.compile(r"\$[\w{(@*#?!$-]|`")
+DYNAMIC_RE = lazy(r"\$[\w{(@*#?!$-]|`")
 
 
 def literal_word(text: str, line: int) -> Word:

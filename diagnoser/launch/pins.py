@@ -7,10 +7,11 @@ import re
 import shlex
 
 from diagnoser.launch.shell import LaunchFileError
+from diagnoser.lazyre import lazy
 from diagnoser.vllm import versions
 
 PIN_KEYS = ("gpu", "gpu-memory", "model", "vllm-version")
-PIN_RE = re.compile(r"(?:^|\s)#\s*vllm-doctor:\s*(.*?)\s*$")
+PIN_RE = lazy(r"(?:^|\s)#\s*vllm-doctor:\s*(.*?)\s*$")
 
 
 def parse_pins(text: str) -> tuple[dict[str, str], bool]:

@@ -7,11 +7,11 @@ rest of the text), so a 12 MB one-line script with a million arguments is read i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnoser.errors import InputError
+from diagnoser.lazyre import lazy
 
 
 class LaunchFileError(InputError):
@@ -42,10 +42,10 @@ class Word:
 
 
 #: A run of characters with no meaning to the shell (inside or at the start of a word).
-_PLAIN = re.compile(r"[^ \t\r\n\\'\"$`<>&;|()]+")
-_REDIRECT = re.compile(r"&>>?|<<<|<<-|<<|<>|<&|>>|>&|>\||<|>")
-_FD_DUP = re.compile(r"[ \t]*(\d+-?|-)")
-_NAME_CHARS = re.compile(r"\w+")
+_PLAIN = lazy(r"[^ \t\r\n\\'\"$`<>&;|()]+")
+_REDIRECT = lazy(r"&>>?|<<<|<<-|<<|<>|<&|>>|>&|>\||<|>")
+_FD_DUP = lazy(r"[ \t]*(\d+-?|-)")
+_NAME_CHARS = lazy(r"\w+")
 
 
 class ShellLexer:

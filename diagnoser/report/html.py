@@ -10,12 +10,12 @@ units and a text alternative.
 
 from __future__ import annotations
 
-import re
 from html import escape
 from typing import Any
 
 from diagnoser.analysis.contract import finding_dict
 from diagnoser.analysis.pipeline import Report
+from diagnoser.lazyre import lazy
 from diagnoser.report.text import CONTEXT_KEYS, _fmt
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 720, 150, 56, 12, 26, 28
@@ -282,7 +282,7 @@ def table(rows: list[tuple[str, str]]) -> str:
 
 NUM = ' class="num"'
 #: a table cell that is one figure (right-aligned): 1,234  -2.90 GiB  0.02x~  12.5%  =
-NUMBER = re.compile(r"[~+-]?[\d,]+(?:\.\d+)?(?: ?(?:GiB|x|%))?~?|=|-")
+NUMBER = lazy(r"[~+-]?[\d,]+(?:\.\d+)?(?: ?(?:GiB|x|%))?~?|=|-")
 
 
 def grid(heads: list[str], rows: list[list[str]], cls: str = "", numeric: bool = True,

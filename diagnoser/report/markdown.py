@@ -17,6 +17,7 @@ from typing import Any
 
 from diagnoser.analysis.contract import finding_dict, report_dict
 from diagnoser.analysis.pipeline import Report
+from diagnoser.lazyre import lazy
 from diagnoser.report.model import shown_numbers
 from diagnoser.report.text import CONTEXT_KEYS, _fmt
 
@@ -60,11 +61,11 @@ def code(value: Any) -> str:
 
 
 #: what GitHub's Markdown turns into a link on its own (GFM autolinks), and schemes a link may run
-_URL = re.compile(r"(?i)\b(?:https?|ftp|javascript|vbscript|data|file|mailto):\S*|\bwww\.\S+")
+_URL = lazy(r"(?i)\b(?:https?|ftp|javascript|vbscript|data|file|mailto):\S*|\bwww\.\S+")
 #: characters that start HTML, links, images or code spans (and the escape itself): escaped with a backslash
 #: (emphasis is left alone: it changes how text looks, never what it does)
-_MD_SPECIAL = re.compile(r"([\\`\[\]<])")
-_MD_SPECIAL_BUT_TICKS = re.compile(r"([\\\[\]<])")
+_MD_SPECIAL = lazy(r"([\\`\[\]<])")
+_MD_SPECIAL_BUT_TICKS = lazy(r"([\\\[\]<])")
 
 
 def md_text(text: str) -> str:
@@ -143,7 +144,7 @@ def _plain(value: Any) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
-_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")
+_NUMBERS = lazy(r"\d+(?:[.,]\d+)*")
 
 
 def evidence_block(evidence: list[dict[str, Any]], limit: int = MAX_EVIDENCE) -> tuple[str, list[str]]:

@@ -21,7 +21,6 @@ A clean log writes nothing; a file a scan could not read is one ERROR record wit
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -29,12 +28,13 @@ from typing import Any, TextIO
 
 from diagnoser.analysis.contract import TOOL, report_dict
 from diagnoser.analysis.pipeline import Report
+from diagnoser.lazyre import lazy
 
 SEVERITY = {"error": ("ERROR", 17), "warning": ("WARN", 13), "info": ("INFO", 9)}
-EXCEPTION = re.compile(
+EXCEPTION = lazy(
     r"(?:^|[\s:])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|OutOfMemory\w*))"
     r": (?P<message>\S.*)$")
-ISO = re.compile(r"^\s*\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:?\d\d)?")
+ISO = lazy(r"^\s*\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:?\d\d)?")
 CONTEXT_RESOURCE = (("model", "vllm.model"), ("engine", "vllm.engine"), ("platform", "vllm.platform"))
 LABEL_RESOURCE = {"namespace": "k8s.namespace.name", "pod": "k8s.pod.name", "container": "k8s.container.name",
                   "node": "k8s.node.name", "host": "host.name"}

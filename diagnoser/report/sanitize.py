@@ -33,6 +33,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from diagnoser.lazyre import lazy
+
 #: C0 (but tab and newline), DEL, C1, the bidi embeddings/overrides/isolates and marks, line and
 #: paragraph separators, and the BOM / zero-width no-break space.
 _UNSAFE = ([c for c in range(0x20) if c not in (0x09, 0x0A)] + list(range(0x7F, 0xA0))
@@ -42,12 +44,12 @@ _TABLE = {c: f"\\u{c:04x}" for c in _UNSAFE}
 #: lone surrogates (a log's `\\ud800` escape decoded by JSON or literal_eval): U+FFFD, as a decoder shows bad input
 _TABLE.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
 _TABLE_ONE_LINE = {**_TABLE, 0x0A: "\\n"}
-_UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "\ud800-\udfff]")
+_UNSAFE_RE = lazy("[" + "".join(re.escape(chr(c)) for c in _UNSAFE) + "\ud800-\udfff]")
 #: Our own colour codes (`--color`): the only escape sequences an output may carry.
-_SGR = re.compile(r"\x1b\[[0-9;]*m")
+_SGR = lazy(r"\x1b\[[0-9;]*m")
 #: `::` after white space at a line's start: every character str.isspace() accepts but the newline (a superset of
 #: what .NET's TrimStart() strips), and the Mongolian vowel separator and zero-width characters older .NETs strip.
-_COMMAND_LINE = re.compile("^((?:[^\\S\\n]|[\u180e\u200b\ufeff])*):(?=:)", re.MULTILINE)
+_COMMAND_LINE = lazy("^((?:[^\\S\\n]|[\u180e\u200b\ufeff])*):(?=:)", re.MULTILINE)
 #: the runner's legacy command syntax, honoured anywhere in a line
 _LEGACY_COMMAND = "##["
 

@@ -26,6 +26,7 @@ from urllib.parse import quote
 from diagnoser.analysis.advise import Finding
 from diagnoser.analysis.contract import SCHEMA_VERSION, TOOL, finding_dict, report_dict
 from diagnoser.analysis.pipeline import Report
+from diagnoser.lazyre import lazy
 from diagnoser.rules.model import Rule
 
 SARIF_VERSION = "2.1.0"
@@ -130,7 +131,7 @@ def message_text(finding: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-_VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|\d+(?:[.,]\d+)*")
+_VOLATILE = lazy(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|\d+(?:[.,]\d+)*")
 
 
 def fingerprint(rule_id: str, uri: str, finding: dict[str, Any]) -> str:

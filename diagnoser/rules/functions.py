@@ -13,6 +13,7 @@ from typing import Any
 from rapidfuzz import fuzz, process
 
 from diagnoser import datafiles
+from diagnoser.lazyre import lazy
 from diagnoser.vllm import flags, memory, releases, serve_args, units, weights
 from diagnoser.vllm.modelspec import SpecError, load_model, model_names
 from diagnoser.vllm.timestamps import later_time, vllm_time_seconds
@@ -188,7 +189,7 @@ def corrected_args(text: str | None, model: str | None = None, prog: str | None 
 
 # -- memory held by other processes (gpu-memory-in-use) ---------------------------------------------------
 
-_PROC_USE = re.compile(r"(?:Process (?P<pid>\d+)|(?P<me>this process)) has (?P<size>[\d.]+ ?[KMGT]?i?B) memory in use")
+_PROC_USE = lazy(r"(?:Process (?P<pid>\d+)|(?P<me>this process)) has (?P<size>[\d.]+ ?[KMGT]?i?B) memory in use")
 def process_memory(text: str | None, torch_allocated_gib: float | None = None) -> dict[str, Any]:
     """PyTorch's OOM process list -> {"this_gib", "this_pid", "others": [(pid, gib)], "others_gib"}.
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from diagnoser.lazyre import lazy
 from diagnoser.rules.model import (
     DEFAULT_THRESHOLD,
     Extractor,
@@ -132,38 +133,83 @@ def checked_builtin_rules() -> tuple[Rule, ...]:
 
 
 #: `cases:` as the last top-level key of a rule file (all the shipped ones end with it)
-_LAST_CASES = re.compile(r"^cases:.*\Z", re.MULTILINE | re.DOTALL)
-_TOP_KEY = re.compile(r"^[A-Za-z_]+:", re.MULTILINE)
+_LAST_CASES = lazy(r"^cases:.*\Z", re.MULTILINE | re.DOTALL)
+_TOP_KEY = lazy(r"^[A-Za-z_]+:", re.MULTILINE)
+#: a `when:` key inside `match:` (indented: a top-level `when:` is the rule's own)
+_MATCH_WHEN = lazy(r"^\s+(?:-\s+)?when:", re.MULTILINE)
+
+
+#: A shipped rule's top-level keys parsed when it is loaded (what the matcher reads of every rule); the others
+#: (advice, explanation, fixes, extract, references, derive unless a `when` in `match` reads it: about two thirds
+#: of the text) are parsed the first time one is read, by load_deferred (most rules never see a matching line).
+_EAGER_KEYS = frozenset({"id", "title", "severity", "stage", "fine_stage", "match", "facts", "when", "aggregate",
+                         "fallback", "catalog", "overrides", "explains", "keep_when", "context", "wrapper"})
+def split_top_keys(text: str, eager: frozenset[str]) -> tuple[str, str]:
+    """(the YAML of the top-level keys in `eager`, the YAML of the others): a rule file's text cut where each
+    top-level key starts at its line's start (anything before the first key stays with the first part)."""
+    starts = [m.start() for m in _TOP_KEY.finditer(text)]
+    if not starts:
+        return text, ""
+    now, later = [text[:starts[0]]], []
+    for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
+        key = text[start:text.index(":", start)]
+        (now if key in eager else later).append(text[start:end])
+    return "".join(now), "".join(later)
 
 
 def shipped_rule(path: Path) -> Rule:
     """A shipped rule file built into a Rule without the checks (checked_builtin_rules runs them in the
-    suite): its regexes compiled on first use, its trailing `cases:` kept as text until read."""
+    suite): its regexes compiled on first use, its trailing `cases:` kept as text until read, and its long parts
+    (model._DEFERRED_FIELDS) parsed on first read."""
     from diagnoser.datafiles import yaml_load
 
     text = path.read_text(encoding="utf-8")
     found = _LAST_CASES.search(text)
     cases_text = found.group(0) if found and not _TOP_KEY.search(text, found.start() + 1) else None
-    data = yaml_load(text[:found.start()] if cases_text else text)
+    body = text[:found.start()] if cases_text else text
+    now, later = split_top_keys(body, _EAGER_KEYS)
+    data = yaml_load(now) or {}
+    if _MATCH_WHEN.search(now):  # a `when` in `match` may read a derived fact: when_early needs derive's names
+        derive_text, later = split_top_keys(later, frozenset({"derive"}))
+        data.update(yaml_load(derive_text) or {} if derive_text else {})
     cases: Any = InlineCases(cases_text) if cases_text else _plain_cases(data.get("cases") or {})
     stage = data.get("stage")
     stages = list(stage) if isinstance(stage, list) else ([stage] if stage is not None else [])
     derive = dict(data.get("derive") or {})
-    return Rule(
+    rule = Rule.__new__(Rule)
+    rule.__dict__.update(
         id=data["id"], title=data["title"], severity=data["severity"],
         stage=stages[0] if stages else None, stage_choices=tuple(stages), fine_stage=data.get("fine_stage"),
         patterns=[_shipped_pattern(item, derive) for item in data["match"]],
-        extractors=[Extractor(x["regex"] if isinstance(x, dict) else x) for x in data.get("extract") or []],
-        facts=dict(data.get("facts") or {}), derive=derive, when=data.get("when"),
-        aggregate=dict(data.get("aggregate") or {}), advice=data["advice"],
-        fixes=[Fix(flag=f.get("flag"), value=str(f.get("value", "")), reason=str(f.get("reason", "")),
-                   when=f.get("when"), env=f.get("env"), diagnostic=bool(f.get("diagnostic", False)))
-               for f in data.get("fixes") or []],
-        explanation=data["explanation"], references=list(data.get("references") or []), cases=cases,
+        facts=dict(data.get("facts") or {}), when=data.get("when"),
+        aggregate=dict(data.get("aggregate") or {}), cases=cases,
         fallback=bool(data.get("fallback")), path=str(path), catalog=list(data.get("catalog") or []),
         overrides=tuple(data.get("overrides") or ()), explains=tuple(data.get("explains") or ()),
         keep_when=data.get("keep_when"), context=bool(data.get("context")), wrapper=bool(data.get("wrapper")),
     )
+    if "derive" in data:
+        rule.derive = derive
+    rule._deferred = later  # type: ignore[attr-defined]  # parsed by Rule.__getattr__ -> load_deferred
+    return rule
+
+
+def load_deferred(rule: Rule, text: str) -> None:
+    """Set a shipped rule's deferred fields from the YAML text of its deferred keys (on its first read of one)."""
+    from diagnoser.datafiles import yaml_load
+
+    data = (yaml_load(text) if text else None) or {}
+    values: dict[str, Any] = {
+        "extractors": [Extractor(x["regex"] if isinstance(x, dict) else x) for x in data.get("extract") or []],
+        "advice": data["advice"], "explanation": data["explanation"],
+        "fixes": [Fix(flag=f.get("flag"), value=str(f.get("value", "")), reason=str(f.get("reason", "")),
+                      when=f.get("when"), env=f.get("env"), diagnostic=bool(f.get("diagnostic", False)))
+                  for f in data.get("fixes") or []],
+        "references": list(data.get("references") or []),
+    }
+    if "derive" not in rule.__dict__:
+        values["derive"] = dict(data.get("derive") or {})
+    rule.__dict__.update(values)
+    rule.__dict__.pop("_deferred", None)
 
 
 def _plain_cases(cases: dict[str, Any]) -> dict[str, list[Any]]:
@@ -185,8 +231,8 @@ def _shipped_pattern(item: dict[str, Any], derive: dict[str, str]) -> Pattern:
                    when_early=bool(when) and not names_read(when) & set(derive))
 
 
-_STRING = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
-_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_STRING = lazy(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')
+_NAME = lazy(r"(?<![\w.])[A-Za-z_]\w*")
 
 
 def names_read(expression: str) -> set[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex
 
@@ -168,6 +168,10 @@ class Fix:
     diagnostic: bool = False
 
 
+#: a shipped rule's fields parsed on first read (loader.shipped_rule, load_deferred)
+_DEFERRED_FIELDS = frozenset({"extractors", "derive", "advice", "fixes", "explanation", "references"})
+
+
 @dataclass
 class Rule:
     """A loaded, validated rule."""
@@ -203,6 +207,19 @@ class Rule:
     context: bool = False
     #: a message that reports another failure (EngineDeadError, "Worker failed"): ranked after every other error
     wrapper: bool = False
+
+    if not TYPE_CHECKING:  # (for mypy, a Rule has its fields only)
+
+        def __getattr__(self, name: str) -> Any:
+            """A shipped rule's long parts (advice, explanation, fixes, extract, references, most often derive) are
+            parsed the first time one is read (loader.shipped_rule): a run reads them only for the rules it reports."""
+            deferred = self.__dict__.get("_deferred")
+            if deferred is None or name not in _DEFERRED_FIELDS:  # (copy and pickle probe dunders here)
+                raise AttributeError(name)
+            from diagnoser.rules.loader import load_deferred
+
+            load_deferred(self, deferred)
+            return self.__dict__[name]
 
     def stage_of(self, seen: str | None, generic: bool) -> str | None:
         """The finding's stage from the stage the log showed (`seen`, None when the lines did not say).

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import re
 import threading
 import time
 import types
@@ -34,6 +33,7 @@ from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
+from diagnoser.lazyre import lazy
 from diagnoser.rules import functions as advice_functions
 from diagnoser.vllm import memory
 
@@ -180,7 +180,7 @@ def _bounded_range(*args: int) -> range:
     return r
 
 
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
+_PERCENT_SPEC = lazy(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
 
 
 def _check_percent(fmt: str) -> None:
@@ -400,8 +400,10 @@ class RuleSandbox(ImmutableSandboxedEnvironment):
 
 def template_env() -> RuleSandbox:
     """The one environment for rule templates and expressions: sandboxed, bounded, strict about names."""
+    # optimized=False: jinja2's constant folding (a fifth of a compile) only folds literals, which rules rarely
+    # hold; the code renders the same without it
     env = RuleSandbox(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
-                      finalize=_bounded_output)
+                      finalize=_bounded_output, optimized=False)
     for name in ("lipsum", "cycler", "joiner"):
         env.globals.pop(name, None)
     env.globals["range"] = _bounded_range

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from diagnoser.lazyre import lazy
 from diagnoser.vllm.archspec import ArchSpec
 from diagnoser.vllm.memory import GIB, SAMPLER_BYTES_PER_LOGIT, layers_per_stage
 
@@ -20,7 +21,7 @@ from diagnoser.vllm.memory import GIB, SAMPLER_BYTES_PER_LOGIT, layers_per_stage
 NON_TORCH_SINGLE = 0.10 * GIB
 NON_TORCH_MULTI_GPU = 1.40 * GIB
 NON_TORCH_MULTI_GPU_NO_P2P = 0.15 * GIB
-NO_P2P_GPUS = re.compile(r"geforce|rtx ?[2-5]0[5-9]0|titan", re.IGNORECASE)
+NO_P2P_GPUS = lazy(r"geforce|rtx ?[2-5]0[5-9]0|titan", re.IGNORECASE)
 #: CUDA-graph pool: a fixed part plus a part per layer (graphs are captured per batch size, and the piecewise
 #: graphs keep per-layer buffers). Observed 'Graph capturing finished ... took' figures are 0.2-0.5 GiB.
 CUDA_GRAPH_BASE = 0.10 * GIB

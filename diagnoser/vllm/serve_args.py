@@ -21,20 +21,21 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnoser.lazyre import lazy
 from diagnoser.vllm import releases
 from diagnoser.vllm.flags import Flag, by_prefix, closest_flag, lookup, normalize
 
 #: `--max-model-len`: the spelling vLLM's argparse generates (lower case words joined by hyphens).
-FLAG_GRAMMAR = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*\Z")
+FLAG_GRAMMAR = lazy(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*\Z")
 #: `max_model_len`: the same name as a Python keyword argument.
-KEY_GRAMMAR = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*\Z")
+KEY_GRAMMAR = lazy(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*\Z")
 #: The value written for --api-key: the variable, never the secret.
 API_KEY_VALUE = '"$VLLM_API_KEY"'
 API_KEY_NOTE = ("the API key (--api-key) comes from \"$VLLM_API_KEY\": export VLLM_API_KEY with your key first "
                 "(the log's value is never repeated)")
 NO_MODEL_NOTE = "no command is suggested: the model could not be read from the log"
-_NEGATIVE_NUMBER = re.compile(r"-\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z|-\.\d+\Z")
-_OBJECT_REPR = re.compile(r"(?P<cls>[A-Za-z_]\w*)\((?P<body>.*)\)\Z", re.S)
+_NEGATIVE_NUMBER = lazy(r"-\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z|-\.\d+\Z")
+_OBJECT_REPR = lazy(r"(?P<cls>[A-Za-z_]\w*)\((?P<body>.*)\)\Z", re.S)
 _PROGRAM_WORDS = ("vllm", "vllm.exe", "serve", "python", "python3", "-m")
 MAX_NOTE_NAME = 40
 

@@ -13,10 +13,11 @@ is in the next year (a log across New Year).
 from __future__ import annotations
 
 import datetime
-import re
 from functools import lru_cache
 
-VLLM_TIME = re.compile(r"^(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$")
+from diagnoser.lazyre import lazy
+
+VLLM_TIME = lazy(r"^(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)$")
 
 #: A year-less time this far before the previous one is in the next year (a log across New Year).
 NEW_YEAR_GAP = 180 * 86400

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import re
 
+from diagnoser.lazyre import lazy
+
 GIB = 1 << 30
 MIB = 1 << 20
 
 #: GiB per unit as logs print it.
 LOG_UNIT_GIB = {"b": 1 / GIB, "bytes": 1 / GIB, "kib": 1 / MIB, "kb": 1 / MIB, "mib": 1 / 1024, "mb": 1 / 1024,
                 "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
-_LOG_SIZE = re.compile(r"(-?[\d.,\s]+)\s*([KMGT]?i?B|bytes)?", re.IGNORECASE)
+_LOG_SIZE = lazy(r"(-?[\d.,\s]+)\s*([KMGT]?i?B|bytes)?", re.IGNORECASE)
 
 
 def log_size_gib(text: str) -> float | None:

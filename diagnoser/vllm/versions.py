@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from diagnoser.lazyre import lazy
+
 Version = tuple[int, int, int]
 
 #: PEP 440 public version (release, pre, post, dev) with an optional `v` and local label (`+cu128`, `+g<sha>`).
-_PEP440 = re.compile(
+_PEP440 = lazy(
     r"""^v?(?P<release>\d+(?:\.\d+){0,3})
         (?:[-_.]?(?P<pre>a|b|c|rc|alpha|beta|pre|preview)[-_.]?(?P<pre_n>\d*))?
         (?:[-_.]?(?P<post>post|rev|r)[-_.]?(?P<post_n>\d*))?
@@ -26,8 +28,8 @@ _PEP440 = re.compile(
 )
 #: Image tags cannot hold '+': a build variant follows the version after a dash (`v0.10.1-cu128`,
 #: `v0.9.0-ubuntu22.04`); it names the CUDA or OS variant, not another release.
-_TAG_VARIANT = re.compile(r"^(?P<version>v?\d+(?:\.\d+){1,3}(?:[._-]?(?:rc|post|dev)\d*)*)-(?P<variant>[a-z][\w.-]*)$",
-                          re.IGNORECASE)
+_TAG_VARIANT = lazy(r"^(?P<version>v?\d+(?:\.\d+){1,3}(?:[._-]?(?:rc|post|dev)\d*)*)-(?P<variant>[a-z][\w.-]*)$",
+                    re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 
+from diagnoser.lazyre import lazy
 from diagnoser.vllm.archspec import ArchSpec
 from diagnoser.vllm.memory import dtype_bytes
 
@@ -110,8 +111,8 @@ GGUF_BITS = {
     "iq4_nl": 4.5, "q3_k_l": 4.27, "q3_k_m": 3.91, "q3_k_s": 3.5, "iq3_m": 3.66, "iq3_xxs": 3.06,
     "q2_k": 2.63, "iq2_m": 2.7, "iq2_xs": 2.31, "iq2_xxs": 2.06, "iq1_m": 1.75, "iq1_s": 1.56,
 }
-_GGUF_TYPE = re.compile(r"(?:^|[-_.:/])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:/])",
-                        re.IGNORECASE)
+_GGUF_TYPE = lazy(r"(?:^|[-_.:/])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:/])",
+                  re.IGNORECASE)
 #: MXFP4 MoE kernels pad the expert hidden and per-rank intermediate dimensions to this multiple.
 MXFP4_PAD = 256
 

@@ -8,12 +8,12 @@ the year. One clock serves a whole log, chosen by its first timed line.
 from __future__ import annotations
 
 import calendar
-import re
 
 from diagnoser.ingest.line import Line
+from diagnoser.lazyre import lazy
 from diagnoser.vllm.timestamps import VLLM_TIME, later_time
 
-ISO_TIME = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
+ISO_TIME = lazy(r"^\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
 
 
 class Clock:

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnoser.lazyre import lazy
+
 #: metric name (without a _total / _created suffix) -> (field, kind). Gauges are read as they are, counters
 #: become per-second rates (or per-scrape deltas) between scrapes; `pct` gauges are fractions (0..1).
 METRICS: dict[str, tuple[str, str]] = {
@@ -42,11 +44,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "vllm:e2e_request_latency_seconds_count": ("e2e_count", "counter"),
     "http_requests": ("http", "status"),
 }
-SAMPLE = re.compile(
+SAMPLE = lazy(
     r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>[-+]?(?:[\d.]+(?:[eE][-+]?\d+)?|Inf|NaN))"
     r"(?:\s+(?P<ts>\d+(?:\.\d+)?))?\s*$")
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-SCRAPE_AT = re.compile(
+LABEL = lazy(r'(\w+)="((?:[^"\\]|\\.)*)"')
+SCRAPE_AT = lazy(
     r"^#\s*scrape(?:d)? at:?\s*(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?)(?P<tz>Z|[+-]\d\d:?\d\d)?",
     re.IGNORECASE)
 #: Words that put a metrics line in front of the reader's prefilter.

@@ -9,26 +9,25 @@ ones per interval are kept raw (Series.access_block) and decoded when a window s
 
 from __future__ import annotations
 
-import re
-
 from diagnoser.ingest.dense import ShapePlans
 from diagnoser.ingest.keywords import BlockPattern
+from diagnoser.lazyre import lazy
 
-ENGINE = re.compile(r"\bEngine (\d+): |\b(\d+) Engines Aggregated: ")
+ENGINE = lazy(r"\bEngine (\d+): |\b(\d+) Engines Aggregated: ")
 STAT_FIELDS = {
-    "prompt_tps": re.compile(r"Avg prompt throughput: ([\d.]+) tokens/s"),
-    "gen_tps": re.compile(r"(?:Avg generation throughput|^Throughput): ([\d.]+) tokens/s"),
-    "running": re.compile(r"(?:Running: |RUNNING: )(\d+)"),
-    "waiting": re.compile(r"(?:Waiting: |Pending: |WAITING: )(\d+)"),
-    "swapped": re.compile(r"Swapped: (\d+) reqs"),
-    "preemptions": re.compile(r"Preemptions: (\d+)"),
-    "prefix_hit_pct": re.compile(r"Prefix cache hit rate: (?:GPU: )?([\d.]+)%"),
+    "prompt_tps": lazy(r"Avg prompt throughput: ([\d.]+) tokens/s"),
+    "gen_tps": lazy(r"(?:Avg generation throughput|^Throughput): ([\d.]+) tokens/s"),
+    "running": lazy(r"(?:Running: |RUNNING: )(\d+)"),
+    "waiting": lazy(r"(?:Waiting: |Pending: |WAITING: )(\d+)"),
+    "swapped": lazy(r"Swapped: (\d+) reqs"),
+    "preemptions": lazy(r"Preemptions: (\d+)"),
+    "prefix_hit_pct": lazy(r"Prefix cache hit rate: (?:GPU: )?([\d.]+)%"),
 }
-KV_USAGE = re.compile(r"\b([A-Z]+) KV cache usage: ([\d.]+)%")
-V0_PREEMPTED = re.compile(r"is preempted by PreemptionMode\.\w+.*?(?:total_num_cumulative_preemption=(\d+))?$")
+KV_USAGE = lazy(r"\b([A-Z]+) KV cache usage: ([\d.]+)%")
+V0_PREEMPTED = lazy(r"is preempted by PreemptionMode\.\w+.*?(?:total_num_cumulative_preemption=(\d+))?$")
 #: raw-block markers: where a stats line starts a new interval; an access line's status code
 STATS_MARK = b"Avg prompt throughput"
-BLOCK_ERROR = BlockPattern(re.compile(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b'), 20)
+BLOCK_ERROR = BlockPattern(lazy(rb' HTTP/[12](?:\.[01])?" (5\d\d|429)\b'), 20)
 
 
 def stat_plan(text: str) -> tuple[tuple[str, ...], tuple[slice, ...], str | tuple[int, int]]:
