@@ -70,14 +70,27 @@ def template_names(facts: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]
     return {**facts, "facts": facts, "ctx": ctx, "mem": MEM, "fn": FN}
 
 
+class ContextOrNone(dict[str, Any]):
+    """The log's context as `derive` reads it: what the log did not show is none, like an absent fact.
+
+    >>> ContextOrNone({"model": "m"})["max_model_len"] is None
+    True
+    """
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
 def derive_facts(rule: Rule, facts: dict[str, Any], ctx: dict[str, Any], ev: Evaluator,
                  stage: str | None = None) -> dict[str, Any]:
     """Add the rule's derived facts, in order; each sees the ones before it (and the stage of the failure).
 
-    A fact the rule can produce but this hit did not is `none`: expressions pass it on (`fn.f(x)`), test it
-    (`x is known`) or fail to a value of none (`x * 2`), with no `x if x is known else none` ceremony."""
+    A fact the rule can produce but this hit did not, and a context value the log did not show (`ctx.x`), is
+    `none`: expressions pass it on (`fn.f(x)`), test it (`x is known`) or fail to a value of none (`x * 2`),
+    with no `x if x is known else none` ceremony."""
     out = dict(facts)
     absent = dict.fromkeys(rule.produces() - facts.keys()) if rule.derive else {}
+    ctx = ContextOrNone(ctx)
     for name, source in rule.derive.items():
         value = ev.value(source, {**absent, **template_names(out, ctx), "stage": stage}, rule.id)
         if value is not None or name not in out:
