@@ -253,6 +253,15 @@ def test_sampler_coefficient_by_release_and_flashinfer():
     assert coefficients.sampler_bytes_per_logit((0, 19, 0), flashinfer=True, opt_in=True) == 12
 
 
+def test_flashinfer_installed_by_the_wheel_from_0_11_1():
+    # vllm wheel METADATA: flashinfer-python is the extra `vllm[flashinfer]` in 0.10.1-0.11.0, a dependency from 0.11.1
+    assert releases.default("flashinfer_installed", (0, 11, 0)) is False
+    assert releases.default("flashinfer_installed", (0, 11, 1)) is True
+    # 0.11.0 samples with FlashInfer when it is importable (VLLM_USE_FLASHINFER_SAMPLER unset): not on a plain install
+    assert coefficients.sampler_bytes_per_logit((0, 11, 0)) == 39
+    assert coefficients.sampler_bytes_per_logit((0, 11, 0), flashinfer=True) == 12
+
+
 def test_non_torch_by_release_tp_and_custom_all_reduce():
     v = (0, 19, 0)
     assert coefficients.non_torch_bytes(1, 1, "H100", v) / GIB == pytest.approx(0.25)
