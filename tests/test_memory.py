@@ -517,3 +517,15 @@ def test_mxfp4_marlin_padding_from_vllm_source():
     assert weights.mxfp4_pad_factor(a, 2) == pytest.approx(3072 / 2880 * 1536 / 1440)
     # 4.25 bits a weight: an e2m1 nibble and one e8m0 scale per 32 weights
     assert weights.quantized_weight_bytes("mxfp4") == 0.5 + 1 / 32
+
+
+def test_token_count_by_concurrency_counts_sliding_windows_once():
+    # vLLM 0.30 prints int(max_concurrency x max_model_len) for every model (kv_cache_utils.get_kv_cache_capacity);
+    # 0.19 printed whole blocks of all layers (_report_kv_cache_config): a sliding-window model counts far more
+    a = load_model("openai/gpt-oss-20b").arch
+    kv = 30 * GIB
+    new = sizing.plan_memory(_inp("gpt-oss-20b", max_model_len=32768, kv_cache_bytes=kv, version=(0, 30, 0)))
+    old = sizing.plan_memory(_inp("gpt-oss-20b", max_model_len=32768, kv_cache_bytes=kv, version=(0, 19, 0)))
+    assert new.kv_cache_tokens == pytest.approx(new.max_concurrency * 32768, rel=1e-3)
+    assert old.kv_cache_tokens == kvcache.kv_cache_tokens(kv, kvcache.model_kv_bytes_per_token(a))
+    assert new.kv_cache_tokens > 1.5 * old.kv_cache_tokens

@@ -65,9 +65,9 @@ def test_leave_one_source_out_refits_without_the_source():
     assert again.weights_bytes == res.weights_bytes and again.activation_bytes == res.activation_bytes
 
 
-@pytest.mark.xfail(strict=True, reason="not met yet: the 0.11.0 H100 start-ups (one source) sample like the PyTorch "
-                   "sampler though the release data says FlashInfer's; gpt-oss-120b's MXFP4 weights are over-estimated "
-                   "(expert padding); both need vLLM's source read, not a coefficient fitted on these cases")
+@pytest.mark.xfail(strict=True, reason="not met yet: gpt-oss-120b on an H100 (0.11.0) keeps 3.33 GiB after 64.38 GiB of weights; Marlin's MXFP4 "
+                   "padding over-estimates them by 2.2% (the image's MoE backend is not known), which takes 45% of the cache; "
+                   "and V1 TP=2 non-torch memory at 0.11.0 (0.55 GiB measured) is not derived from source")
 def test_out_of_sample_accuracy_on_the_new_startups():
     # issue 26 acceptance, on start-ups no coefficient was read off: median <= 5%, p90 <= 15%, worst <= 30%
     bench = _bench()
