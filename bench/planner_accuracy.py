@@ -271,8 +271,13 @@ def _row(pair: dict[str, Any], estimates: dict[str, float], res: sizing.PlanResu
     measured = pair["measured"]
     row: dict[str, Any] = {"id": pair["id"], "new": bool(pair.get("new")), "estimates": {}, "errors": {}}
     for name, kv_bytes in estimates.items():
-        if "kv_cache_tokens" in measured:
-            est: float = float(kvcache.kv_cache_tokens(kv_bytes, res.kv_bytes_per_token, res.inp.block_size))
+        if "kv_cache_tokens" in measured and name == "planner":
+            # the planner's count as the release prints it (from 0.22: max concurrency x max_model_len)
+            fixed = sizing.with_changes(res.inp, kv_cache_bytes=kv_bytes)
+            est: float = float(sizing.plan_memory(fixed).kv_cache_tokens)
+            row["unit"], row["measured"] = "tokens", float(measured["kv_cache_tokens"])
+        elif "kv_cache_tokens" in measured:
+            est = float(kvcache.kv_cache_tokens(kv_bytes, res.kv_bytes_per_token, res.inp.block_size))
             row["unit"], row["measured"] = "tokens", float(measured["kv_cache_tokens"])
         else:
             est = kv_bytes / mem.GIB

@@ -59,10 +59,16 @@ def sampler_bytes_per_logit(version: Version, flashinfer: bool | None = None, en
     """Sampler working memory per logit in the profiling peak.
 
     FlashInfer's kernel samples when VLLM_USE_FLASHINFER_SAMPLER says so (`opt_in`), else when FlashInfer is
-    installed (`flashinfer`; None: a dependency of the CUDA wheel from 0.11.0, optional before) and the release
-    turns it on by default; otherwise the PyTorch path's coefficient of the release and model runner."""
+    installed (`flashinfer`; None: as the release's wheel installs it, settings.flashinfer_installed: a dependency
+    from 0.11.1, the optional extra `vllm[flashinfer]` before) and the release turns it on by default (vLLM 0.10.1
+    to 0.11.0: VLLM_USE_FLASHINFER_SAMPLER unset means on when `import flashinfer.sampling` works, v1/sample/ops/
+    topk_topp_sampler.py); otherwise the PyTorch path's coefficient of the release and model runner.
+
+    >>> sampler_bytes_per_logit((0, 11, 0)), sampler_bytes_per_logit((0, 11, 0), flashinfer=True)
+    (39.0, 12.0)
+    """
     if flashinfer is None:
-        flashinfer = version >= (0, 11, 0)
+        flashinfer = bool(releases.default("flashinfer_installed", version))
     on = opt_in if opt_in is not None else (
         flashinfer and bool(releases.default("flashinfer_sampler", version, engine=engine)))
     if on and releases.engine_for(version, engine) == "V1":

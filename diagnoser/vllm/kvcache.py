@@ -184,6 +184,18 @@ def hybrid_kv_tokens(kv_cache_bytes: float, page_bytes: float, group_size: int, 
     return blocks // max(1, groups) * block_size
 
 
+def tokens_by_concurrency(max_concurrency: float, max_model_len: int) -> int:
+    """'GPU KV cache size' as releases from 0.22 print it for every model: int(max_concurrency x max_model_len)
+    (vllm/v1/core/kv_cache_utils.py 0.30.0 get_kv_cache_capacity), so a sliding-window layer counts only its
+    window: gpt-oss-20b on a GB10 at 32,768 tokens, 60.08x -> 1,968,672 tokens where whole blocks of all layers
+    would give about half.
+
+    >>> tokens_by_concurrency(60.08, 32768)
+    1968701
+    """
+    return int(max_concurrency * max_model_len)
+
+
 def sliding_tokens_needed(window: int, max_model_len: int, max_num_batched_tokens: int) -> int:
     """Tokens a sliding-window layer keeps for one request (V1 SlidingWindowSpec, before block rounding)."""
     return min(window - 1 + max_num_batched_tokens, max_model_len)

@@ -271,8 +271,13 @@ def _tokens_and_concurrency(hybrid: HybridLayout, kv_room: float, per_token: int
                                           hybrid.attention_groups + hybrid.state_groups, hybrid.block_size, conc,
                                           max_len, bool(releases.default("hybrid_tokens_by_concurrency", version)))
         return tokens, conc
-    tokens = kv_cache_tokens(kv_room, per_token, hybrid.block_size)
     conc = kv_room / need if need > 0 and kv_room > 0 else 0.0
+    if releases.default("hybrid_tokens_by_concurrency", version):
+        # every model, sliding-window ones included (vllm/v1/core/kv_cache_utils.py 0.30.0 get_kv_cache_capacity:
+        # int(max_concurrency x max_model_len)); before, whole blocks of all layers (0.19.0 _report_kv_cache_config)
+        pool = kv_cache_tokens(kv_room, per_token, hybrid.block_size) * per_token  # whole blocks, as vLLM allocates
+        return kvcache.tokens_by_concurrency(pool / need if need > 0 else 0.0, max_len), conc
+    tokens = kv_cache_tokens(kv_room, per_token, hybrid.block_size)
     return tokens, conc
 
 

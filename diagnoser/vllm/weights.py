@@ -113,8 +113,14 @@ GGUF_BITS = {
 }
 _GGUF_TYPE = lazy(r"(?:^|[-_.:/])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:/])",
                   re.IGNORECASE)
-#: MXFP4 MoE kernels pad the expert hidden and per-rank intermediate dimensions to this multiple.
-MXFP4_PAD = 256
+#: MXFP4 MoE kernels pad the expert hidden and per-rank intermediate dimensions: Marlin's moe kernel wants n % 256 ==
+#: 0 and k % 128 == 0, so hidden goes to a multiple of 256 and the per-rank intermediate to a multiple of 128
+#: (vllm/model_executor/layers/quantization/mxfp4.py Mxfp4MoEMethod.create_weights, 0.10.1 and 0.11.0;
+#: fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size, 0.19.0). Marlin is the backend
+#: vLLM picks below Hopper, and on Hopper when neither FlashInfer nor triton_kernels is installed (get_mxfp4_backend
+#: 0.11.0; neither is a dependency of the 0.10.1-0.11.0 wheels).
+MXFP4_PAD_HIDDEN = 256
+MXFP4_PAD_INTERMEDIATE = 128
 
 
 def quantized_weight_bytes(fmt: str, bits: float | None = None) -> float:
@@ -169,13 +175,20 @@ def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | No
 
 
 def mxfp4_pad_factor(arch: ArchSpec, tp: int = 1) -> float:
-    """How much MXFP4 expert weights grow when the kernels pad the hidden size and each rank's intermediate
-    size up to a multiple of MXFP4_PAD (vLLM's mxfp4 MoE method)."""
+    """How much MXFP4 expert weights grow when the Marlin kernel pads the hidden size to a multiple of 256 and
+    each rank's intermediate size to a multiple of 128 (the w13 and w2 tensors are E x 2I x H and E x H x I).
+
+    >>> a = ArchSpec("gpt-oss", layers=1, hidden_size=2880, num_attention_heads=64, num_key_value_heads=8,
+    ...              intermediate_size=2880, vocab_size=100)
+    >>> round(mxfp4_pad_factor(a), 4), round(mxfp4_pad_factor(a, 2), 4)  # 3072/2880 x 2944/2880, x 1536/1440
+    (1.0904, 1.1378)
+    """
     h = arch.hidden_size
-    i = (arch.moe_intermediate_size or arch.intermediate_size) / max(1, tp)
+    i = (arch.moe_intermediate_size or arch.intermediate_size) // max(1, tp)
     if not h or not i:
         return 1.0
-    return (math.ceil(h / MXFP4_PAD) * MXFP4_PAD / h) * (math.ceil(i / MXFP4_PAD) * MXFP4_PAD / i)
+    return (math.ceil(h / MXFP4_PAD_HIDDEN) * MXFP4_PAD_HIDDEN / h) * \
+        (math.ceil(i / MXFP4_PAD_INTERMEDIATE) * MXFP4_PAD_INTERMEDIATE / i)
 
 
 def resolve_dtype_bytes(arch: ArchSpec, dtype: str | None) -> float:
