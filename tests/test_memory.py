@@ -551,3 +551,14 @@ def test_sampler_run_holds_hidden_states_and_the_triton_buffer():
     # before 0.17 the sort path's 39 bytes a logit were checked against measured peaks: nothing is added
     old = sizing.plan_memory(sizing.PlanInput(arch=a, version=(0, 11, 0), **base))
     assert old.activation_bytes == 1024 * a.vocab_size * 39
+
+
+def test_tp_buffers_made_before_the_baseline_snapshot_are_not_counted_from_0_11():
+    # vLLM 0.11.0 (v1/worker/gpu_worker.py init_device) initialises NCCL and the custom all-reduce before taking the
+    # memory snapshot non-torch growth is measured from; 0.10.2 and V0 took it first, so those buffers counted
+    assert releases.default("non_torch_multi_gpu_gib", (0, 10, 2)) == 1.40
+    assert releases.default("non_torch_multi_gpu_gib", (0, 11, 0)) == 0.0
+    single = releases.default("non_torch_single_gib", (0, 11, 0)) * GIB
+    for gpu in ("H100-80GB", "RTX 4090"):  # with or without peer access: nothing beyond the single-rank figure
+        assert coefficients.non_torch_bytes(2, 1, gpu, (0, 11, 0)) == int(single)
+    assert coefficients.non_torch_bytes(2, 1, "H100-80GB", (0, 10, 1)) == int((0.10 + 1.40) * GIB)

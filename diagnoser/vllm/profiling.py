@@ -104,11 +104,14 @@ def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "", single: float 
 
     >>> non_torch_bytes(1) == int(NON_TORCH_SINGLE), non_torch_bytes(2, gpu_name="RTX 4090") == int(0.25 * GIB)
     (True, True)
+    >>> non_torch_bytes(2, gpu_name="RTX 4090", multi=0) == non_torch_bytes(2, multi=0) == int(NON_TORCH_SINGLE)
+    True
     """
     if tp <= 1:
         return int(single)
     no_p2p = custom_all_reduce is False or (custom_all_reduce is None and NO_P2P_GPUS.search(gpu_name or ""))
-    return int(single + (NON_TORCH_MULTI_GPU_NO_P2P if no_p2p else multi))
+    # NCCL's buffers alone are part of all of them: none counted when the release counts none (multi = 0)
+    return int(single + (min(NON_TORCH_MULTI_GPU_NO_P2P, multi) if no_p2p else multi))
 
 
 def encoder_items(arch: ArchSpec, max_num_batched_tokens: int) -> int:
