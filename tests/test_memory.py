@@ -562,3 +562,14 @@ def test_tp_buffers_made_before_the_baseline_snapshot_are_not_counted_from_0_11(
     for gpu in ("H100-80GB", "RTX 4090"):  # with or without peer access: nothing beyond the single-rank figure
         assert coefficients.non_torch_bytes(2, 1, gpu, (0, 11, 0)) == int(single)
     assert coefficients.non_torch_bytes(2, 1, "H100-80GB", (0, 10, 1)) == int((0.10 + 1.40) * GIB)
+
+
+def test_bitsandbytes_nf4_double_quantised_absmax():
+    # vLLM quantizes with bitsandbytes quantize_4bit(compress_statistics=True, quant_type="nf4"): 4-bit weights, a
+    # uint8 absmax per 64 weights and an fp32 absmax per 256 of those (bitsandbytes/functional.py quantize_4bit)
+    assert weights.quantized_weight_bytes("nf4") == pytest.approx(0.5 + 1 / 64 + 4 / (64 * 256))
+    a = arch("llama-3.1-8b")
+    parts = weights.param_breakdown(a)
+    linear = parts["attention"] + parts["mlp"]
+    rest = sum(parts.values()) - linear
+    assert weights.weight_bytes(a, 2, "bitsandbytes") == int(linear * weights.BNB_NF4_BYTES + rest * 2)
