@@ -529,3 +529,47 @@ def test_token_count_by_concurrency_counts_sliding_windows_once():
     assert new.kv_cache_tokens == pytest.approx(new.max_concurrency * 32768, rel=1e-3)
     assert old.kv_cache_tokens == kvcache.kv_cache_tokens(kv, kvcache.model_kv_bytes_per_token(a))
     assert new.kv_cache_tokens > 1.5 * old.kv_cache_tokens
+
+
+def test_sampler_run_holds_hidden_states_and_the_triton_buffer():
+    # vLLM 0.17-0.19 (gpu_model_runner.py profile_run, topk_topp_triton.py): while the dummy sampler runs, the forward's
+    # output over max_num_batched_tokens, the sampled rows and their rand_like copy are alive, and the Triton
+    # top-k/top-p kernel caches min(next_pow2(min(SMs, rows)), SMs) fp32 rows of the vocabulary
+    assert mem.sampler_hidden_bytes(8192, 1024, 8192) == (8192 + 2 * 1024) * 8192 * 2
+    assert mem.topk_topp_buffer_bytes(132, 1024, 152064) == 132 * 152064 * 4
+    assert mem.topk_topp_buffer_bytes(188, 100, 1000) == 128 * 1000 * 4     # 100 programs -> 128 rows
+    assert mem.topk_topp_buffer_bytes(132, 7, 1000) == 0                    # below 8 rows: the PyTorch path
+    # Qwen2.5-72B at TP 2 on an H100, 1,024 rows and 8,192 tokens (0.19.0): 14 bytes a logit plus both
+    a = load_model("Qwen/Qwen2.5-72B-Instruct").arch
+    base = dict(gpu_bytes=79.19 * GIB, gpu_name="H100-80GB", tensor_parallel_size=2, max_model_len=8192)
+    res = sizing.plan_memory(sizing.PlanInput(arch=a, version=(0, 19, 0), **base))
+    want = 1024 * a.vocab_size * 14 + (8192 + 2 * 1024) * a.hidden_size * 2 + 132 * a.vocab_size * 4
+    assert res.activation_bytes == want
+    # the GPU's SM count comes from its preset; an unknown GPU adds no buffer
+    bare = sizing.plan_memory(sizing.PlanInput(arch=a, version=(0, 19, 0), **{**base, "gpu_name": ""}))
+    assert res.activation_bytes - bare.activation_bytes == 132 * a.vocab_size * 4
+    # before 0.17 the sort path's 39 bytes a logit were checked against measured peaks: nothing is added
+    old = sizing.plan_memory(sizing.PlanInput(arch=a, version=(0, 11, 0), **base))
+    assert old.activation_bytes == 1024 * a.vocab_size * 39
+
+
+def test_tp_buffers_made_before_the_baseline_snapshot_are_not_counted_from_0_11():
+    # vLLM 0.11.0 (v1/worker/gpu_worker.py init_device) initialises NCCL and the custom all-reduce before taking the
+    # memory snapshot non-torch growth is measured from; 0.10.2 and V0 took it first, so those buffers counted
+    assert releases.default("non_torch_multi_gpu_gib", (0, 10, 2)) == 1.40
+    assert releases.default("non_torch_multi_gpu_gib", (0, 11, 0)) == 0.0
+    single = releases.default("non_torch_single_gib", (0, 11, 0)) * GIB
+    for gpu in ("H100-80GB", "RTX 4090"):  # with or without peer access: nothing beyond the single-rank figure
+        assert coefficients.non_torch_bytes(2, 1, gpu, (0, 11, 0)) == int(single)
+    assert coefficients.non_torch_bytes(2, 1, "H100-80GB", (0, 10, 1)) == int((0.10 + 1.40) * GIB)
+
+
+def test_bitsandbytes_nf4_double_quantised_absmax():
+    # vLLM quantizes with bitsandbytes quantize_4bit(compress_statistics=True, quant_type="nf4"): 4-bit weights, a
+    # uint8 absmax per 64 weights and an fp32 absmax per 256 of those (bitsandbytes/functional.py quantize_4bit)
+    assert weights.quantized_weight_bytes("nf4") == pytest.approx(0.5 + 1 / 64 + 4 / (64 * 256))
+    a = arch("llama-3.1-8b")
+    parts = weights.param_breakdown(a)
+    linear = parts["attention"] + parts["mlp"]
+    rest = sum(parts.values()) - linear
+    assert weights.weight_bytes(a, 2, "bitsandbytes") == int(linear * weights.BNB_NF4_BYTES + rest * 2)

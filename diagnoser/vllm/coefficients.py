@@ -91,6 +91,9 @@ def non_torch_rule(tp: int, version: Version) -> str:
     if tp <= 1:
         return f"{single:g} GiB per rank in this release"
     multi = float(releases.default("non_torch_multi_gpu_gib", version))
+    if not multi:
+        return (f"{single:g} GiB per rank; this release allocates the all-reduce buffers before its baseline "
+                "snapshot, so they are not counted")
     return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
 
 

@@ -119,6 +119,39 @@ SAMPLER_BYTES_PER_LOGIT = 39
 FLASHINFER_SAMPLER_BYTES_PER_LOGIT = 12
 
 
+def sampler_hidden_bytes(hidden_size: int, rows: int, batched_tokens: int, act_bytes: float = 2,
+                         per_row: int = 2, whole_batch: bool = True) -> int:
+    """Hidden states alive in V1's dummy sampler run (v1/worker/gpu_model_runner.py profile_run and
+    _dummy_sampler_run): `per_row` hidden vectors for each sampled row (the rows gathered from the forward's
+    output, and from 0.9.0 their torch.rand_like copy that compute_logits reads) and, from 0.9.2, the forward's
+    whole output over `batched_tokens` tokens, which profile_run holds until the sampler returns.
+
+    >>> sampler_hidden_bytes(4096, 1024, 8192) == (8192 + 2 * 1024) * 4096 * 2
+    True
+    >>> sampler_hidden_bytes(4096, 1024, 8192, per_row=1, whole_batch=False) == 1024 * 4096 * 2
+    True
+    """
+    vectors = per_row * rows + (batched_tokens if whole_batch else 0)
+    return int(vectors * hidden_size * act_bytes)
+
+
+def topk_topp_buffer_bytes(sm_count: int, rows: int, vocab_size: int) -> int:
+    """The fp32 scratch rows of vLLM's Triton top-k/top-p kernel (v1/sample/ops/topk_topp_triton.py 0.17.0-0.19.0
+    apply_top_k_top_p_triton: one program per row up to the GPU's SM count, and a cached buffer of
+    min(next_power_of_2(programs), SMs) x vocabulary float32 values); none below 8 rows (the PyTorch path) or when
+    the SM count is unknown (0).
+
+    >>> topk_topp_buffer_bytes(132, 1024, 128256) == 132 * 128256 * 4  # H100 SXM: 132 SMs
+    True
+    >>> topk_topp_buffer_bytes(132, 40, 1000), topk_topp_buffer_bytes(132, 4, 1000), topk_topp_buffer_bytes(0, 64, 10)
+    (256000, 0, 0)
+    """
+    if sm_count <= 0 or rows < 8:
+        return 0
+    programs = min(sm_count, rows)
+    return int(min(1 << (programs - 1).bit_length(), sm_count) * vocab_size * 4)
+
+
 def dtype_bytes(dtype: str | None, default: float = 2) -> float:
     """Bytes per element of a torch dtype name ('bfloat16', 'torch.float16', 'auto' -> default)."""
     if not dtype:

@@ -409,6 +409,7 @@ class GpuSpec:
     compute_capability: str | None = None
     basis: str = ""
     platform: str = "cuda"
+    sm_count: int = 0  # multiprocessors (0: unknown)
 
 
 def gpu_names() -> list[str]:
@@ -422,7 +423,7 @@ def load_gpu(name: str) -> GpuSpec:
     for g in load_gpus():
         if want in {_key(n) for n in _names(g, "name", "aliases")}:
             return GpuSpec(g["name"], float(g["memory_gib"]) * GIB, str(g.get("compute_capability") or ""),
-                           g.get("basis", ""), g.get("platform", "cuda"))
+                           g.get("basis", ""), g.get("platform", "cuda"), int(g.get("sm_count") or 0))
     all_names = [n for g in load_gpus() for n in _names(g, "name", "aliases")]
     raise SpecError(unknown_message("GPU", name, all_names, shown=gpu_names()) +
                     " Or give the size with --gpu-memory (e.g. 24GiB).")
@@ -454,6 +455,20 @@ def compute_capability_of(name: str | None) -> float | None:
         if re.search(pattern, name, re.IGNORECASE):
             return cc_value
     return None
+
+
+def sm_count_of(name: str | None) -> int:
+    """A GPU preset's multiprocessor count (gpus.yaml sm_count); 0 when the name is no preset.
+
+    >>> sm_count_of("H100"), sm_count_of("RTX PRO 6000"), sm_count_of("x"), sm_count_of(None)
+    (132, 188, 0, 0)
+    """
+    if not name:
+        return 0
+    try:
+        return load_gpu(name).sm_count
+    except SpecError:
+        return 0
 
 
 def unknown_message(kind: str, name: str, candidates: list[str], shown: list[str] | None = None) -> str:

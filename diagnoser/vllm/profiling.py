@@ -13,7 +13,13 @@ import re
 
 from diagnoser.lazyre import lazy
 from diagnoser.vllm.archspec import ArchSpec
-from diagnoser.vllm.memory import GIB, SAMPLER_BYTES_PER_LOGIT, layers_per_stage
+from diagnoser.vllm.memory import (
+    GIB,
+    SAMPLER_BYTES_PER_LOGIT,
+    layers_per_stage,
+    sampler_hidden_bytes,
+    topk_topp_buffer_bytes,
+)
 
 #: Non-torch memory (CUDA context growth, cuBLAS/NCCL workspaces) at one GPU, and the extra when several GPUs
 #: talk: NCCL plus vLLM's custom all-reduce buffers on data-centre GPUs; GeForce cards lack GPU peer-to-peer
@@ -30,12 +36,12 @@ CUDA_GRAPH_PER_LAYER = 0.006 * GIB
 
 def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
                      act_bytes: float = 2, sampler: bool = True,
-                     bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT) -> int:
+                     bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT, sampler_extra: float = 0) -> int:
     """PyTorch peak of vLLM's profiling run: the larger of the forward pass over max_num_batched_tokens
     tokens (MLP gate/up output and activation, `mlp_matrices` x intermediate per rank, plus three hidden-size
     buffers: residual, normed input and the layer output) and the sampler over max_num_seqs rows of the
-    vocabulary (`bytes_per_logit` each; V0 samples profiled_sequences of them). `sampler=False` leaves the
-    sampler out.
+    vocabulary (`bytes_per_logit` each; V0 samples profiled_sequences of them) plus `sampler_extra` bytes alive
+    beside it (sampler_extra_bytes). `sampler=False` leaves the sampler out.
 
     >>> a = ArchSpec("t", layers=2, hidden_size=1024, num_attention_heads=8, num_key_value_heads=8,
     ...              intermediate_size=4096, vocab_size=1000)
@@ -51,8 +57,28 @@ def activation_bytes(arch: ArchSpec, max_num_batched_tokens: int, max_num_seqs: 
     else:
         per_token = arch.mlp_matrices * arch.intermediate_size / tp + 3 * h
     forward = max_num_batched_tokens * per_token * act_bytes
-    sampled = max_num_seqs * arch.vocab_size * bytes_per_logit if sampler else 0
+    sampled = max_num_seqs * arch.vocab_size * bytes_per_logit + sampler_extra if sampler else 0
     return int(max(forward, sampled))
+
+
+def sampler_extra_bytes(arch: ArchSpec, rows: int, max_num_batched_tokens: int, act_bytes: float = 2,
+                        per_row: int = 0, whole_batch: bool = False, sm_count: int = 0,
+                        triton_buffer: bool = False) -> int:
+    """What V1's dummy sampler run holds besides the logits and their copies: the hidden states alive then
+    (memory.sampler_hidden_bytes, `per_row` vectors a row and the forward's whole output when `whole_batch`) and,
+    with the Triton top-k/top-p kernel (`triton_buffer`, 0.17+), its cached fp32 scratch rows
+    (memory.topk_topp_buffer_bytes over the GPU's `sm_count`).
+
+    >>> a = ArchSpec("t", layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+    ...              intermediate_size=14336, vocab_size=128256)
+    >>> sampler_extra_bytes(a, 1024, 8192, per_row=2, whole_batch=True, sm_count=132, triton_buffer=True) \\
+    ...     == (8192 + 2 * 1024) * 4096 * 2 + 132 * 128256 * 4
+    True
+    >>> sampler_extra_bytes(a, 1024, 8192)
+    0
+    """
+    hidden = sampler_hidden_bytes(arch.hidden_size, rows, max_num_batched_tokens, act_bytes, per_row, whole_batch)
+    return hidden + (topk_topp_buffer_bytes(sm_count, rows, arch.vocab_size) if triton_buffer else 0)
 
 
 def profiled_sequences(engine: str, max_num_seqs: int, max_num_batched_tokens: int) -> int:
@@ -78,11 +104,14 @@ def non_torch_bytes(tp: int = 1, pp: int = 1, gpu_name: str = "", single: float 
 
     >>> non_torch_bytes(1) == int(NON_TORCH_SINGLE), non_torch_bytes(2, gpu_name="RTX 4090") == int(0.25 * GIB)
     (True, True)
+    >>> non_torch_bytes(2, gpu_name="RTX 4090", multi=0) == non_torch_bytes(2, multi=0) == int(NON_TORCH_SINGLE)
+    True
     """
     if tp <= 1:
         return int(single)
     no_p2p = custom_all_reduce is False or (custom_all_reduce is None and NO_P2P_GPUS.search(gpu_name or ""))
-    return int(single + (NON_TORCH_MULTI_GPU_NO_P2P if no_p2p else multi))
+    # NCCL's buffers alone are part of all of them: none counted when the release counts none (multi = 0)
+    return int(single + (min(NON_TORCH_MULTI_GPU_NO_P2P, multi) if no_p2p else multi))
 
 
 def encoder_items(arch: ArchSpec, max_num_batched_tokens: int) -> int:

@@ -31,7 +31,14 @@ from diagnoser.vllm.kvcache import (
     state_bytes_per_layer,
 )
 from diagnoser.vllm.memory import GIB, LEN_STEP, MIB, kv_value_bytes, round_down
-from diagnoser.vllm.profiling import activation_bytes, encoder_bytes, encoder_items, profiled_sequences
+from diagnoser.vllm.modelspec import sm_count_of
+from diagnoser.vllm.profiling import (
+    activation_bytes,
+    encoder_bytes,
+    encoder_items,
+    profiled_sequences,
+    sampler_extra_bytes,
+)
 from diagnoser.vllm.weights import GGUF_BITS, quant_format, resolve_dtype_bytes, weight_bytes
 
 #: The release whose defaults the planner assumes when none is given.
@@ -88,6 +95,7 @@ class PlanInput:
     mamba_ssm_cache_dtype: str | None = None   # --mamba-ssm-cache-dtype (None / 'auto': the model's own)
     entry: str = "serve"                    # 'serve' (`vllm serve`) or 'llm' (the Python LLM class): batch defaults
     compute_capability: float | None = None  # the GPU's (7.5 for a T4): V1 falls back to V0 below 8.0 in 0.8-0.10.1
+    sm_count: int | None = None             # the GPU's multiprocessors (None: the preset's by gpu_name, else unknown)
     use_v1: str | None = None               # VLLM_USE_V1 as the command sets it ('0' / '1'), read where vLLM reads it
     enable_chunked_prefill: bool | None = None  # --enable-chunked-prefill (None: V0 turns it on above 32K tokens)
     coefficients: dict[str, float] = field(default_factory=dict)  # replaces releases.yaml's fitted coefficients
@@ -155,7 +163,7 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     runner = model_runner(arch, v, engine)
     per_logit = sampler_bytes_per_logit(v, inp.flashinfer, engine, inp.flashinfer_sampler, runner, inp.coefficients)
     hybrid = hybrid_layout(inp, engine, mdb, kvb)
-    act = _activation_peak(inp, engine, seqs, batched, mdb, per_logit, hybrid)
+    act = _activation_peak(inp, engine, seqs, batched, mdb, per_logit, hybrid, runner)
     ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce, inp.coefficients))
     graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine, runner, inp.coefficients))
     in_budget = graphs_budgeted(v)
@@ -229,20 +237,45 @@ def _weights_on_gpu(inp: PlanInput, model_dtype_bytes: float, quant: str | None,
 
 
 def _activation_peak(inp: PlanInput, engine: str, seqs: int, batched: int, model_dtype_bytes: float,
-                     per_logit: float, hybrid: HybridLayout) -> float:
+                     per_logit: float, hybrid: HybridLayout, runner: str = "MRV1") -> float:
     """The profiling run's PyTorch peak: the forward pass or the sampler over the sequences it samples
-    (profiling.profiled_sequences), the multimodal encoder when V1 profiles it, and the recurrent state V0
-    allocates outside the cache."""
+    (profiling.profiled_sequences) with what V1's dummy sampler run holds beside the logits (_sampler_extra), the
+    multimodal encoder when V1 profiles it, and the recurrent state V0 allocates outside the cache."""
     arch = inp.arch
     tp = max(1, inp.tensor_parallel_size)
-    act = float(activation_bytes(arch, batched, profiled_sequences(engine, seqs, batched), tp, model_dtype_bytes,
-                                 bytes_per_logit=per_logit))
+    rows = profiled_sequences(engine, seqs, batched)
+    act = float(activation_bytes(arch, batched, rows, tp, model_dtype_bytes, bytes_per_logit=per_logit,
+                                 sampler_extra=_sampler_extra(inp, engine, runner, rows, batched, model_dtype_bytes,
+                                                              per_logit)))
     if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
         act = max(act, float(encoder_bytes(arch, batched, model_dtype_bytes)))
     if arch.is_hybrid and not hybrid.paged:
         # V0 keeps the state of max_num_seqs sequences outside the cache, allocated in the profiling run
         act += seqs * hybrid.state_layers * hybrid.state_bytes
     return act
+
+
+def _triton_sampler(inp: PlanInput, engine: str, runner: str, per_logit: float) -> bool:
+    """Model Runner V1 samples with the Triton top-k/top-p kernel (0.17+, unless FlashInfer's kernel does)."""
+    return engine == "V1" and runner == "MRV1" and per_logit != m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT and \
+        bool(releases.default("topk_topp_triton_buffer", inp.version, engine=engine))
+
+
+def _sampler_extra(inp: PlanInput, engine: str, runner: str, rows: int, batched: int, model_dtype_bytes: float,
+                   per_logit: float) -> int:
+    """Bytes V1's dummy sampler run (Model Runner V1) holds beside the logits when the Triton top-k/top-p kernel
+    samples (0.17+, not FlashInfer's): the hidden states alive then (sampler_hidden_per_row,
+    sampler_hidden_whole_batch) and the kernel's scratch rows over the GPU's SMs (none when the GPU is unknown).
+    Only there: the 14 bytes per logit of that path count the sampler's own tensors from the source, while the
+    sort path's 39 and FlashInfer's 12 were checked against measured peaks, which hold the hidden states too."""
+    v = inp.version
+    if not _triton_sampler(inp, engine, runner, per_logit):
+        return 0
+    sms = inp.sm_count if inp.sm_count is not None else sm_count_of(inp.gpu_name)
+    return sampler_extra_bytes(inp.arch, rows, batched, model_dtype_bytes,
+                               per_row=int(releases.default("sampler_hidden_per_row", v, engine=engine)),
+                               whole_batch=bool(releases.default("sampler_hidden_whole_batch", v, engine=engine)),
+                               sm_count=sms, triton_buffer=True)
 
 
 def _kv_cache_source(inp: PlanInput) -> str:
@@ -383,6 +416,11 @@ def physics_assumptions(res: PlanResult) -> list[str]:
                    f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
     if res.sampler_bytes_per_logit == m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
         out.append("sampler: FlashInfer's top-p/top-k kernel (no sort), 12 bytes per logit")
+    elif _triton_sampler(inp, engine, res.model_runner, res.sampler_bytes_per_logit):
+        sms = inp.sm_count if inp.sm_count is not None else sm_count_of(inp.gpu_name)
+        out.append(f"sampler: the Triton top-k/top-p kernel (0.17+), {res.sampler_bytes_per_logit:g} bytes per logit, "
+                   "with the forward's hidden states alive beside it and the kernel's fp32 scratch rows "
+                   + (f"({sms} SMs)" if sms else "(not counted: the GPU's SM count is unknown)"))
     if res.model_runner == "MRV2":
         out.append(f"Model Runner V2 (dense models from vLLM 0.25, every model from 0.29): the profiled peak is the "
                    f"forward pass (the sampler keeps {res.sampler_bytes_per_logit:g} bytes per logit) plus "

@@ -83,13 +83,18 @@ def param_count(arch: ArchSpec) -> int:
 
 #: Quantization method -> (bytes per quantized weight, which parts it quantizes). Group-quantized 4-bit
 #: formats carry an fp16 scale and a 4-bit zero point per 128 weights: 0.5 + (2 + 0.5) / 128 bytes.
+#: bitsandbytes NF4 as vLLM quantizes it (model_loader/loader.py 0.7.1 BitsAndBytesModelLoader: quantize_4bit(...,
+#: compress_statistics=True, quant_type="nf4")): blocks of 64 weights whose absmax bitsandbytes stores as one uint8
+#: (quantize_blockwise of the absmax values, blocks of 256, each with an fp32 absmax: bitsandbytes/functional.py
+#: quantize_4bit), the double quantization pre-quantized bnb-4bit checkpoints carry too (bnb_4bit_use_double_quant).
+BNB_NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 QUANT_FORMATS: dict[str, tuple[float, str]] = {
     "int4": (0.5 + 2.5 / 128, "linear"),
     "int8": (1.0 + 4 / 4096, "linear"),
     "fp8": (1.0 + 4 / 16384, "linear"),
     "mxfp4": (0.5 + 1 / 32, "experts"),
     "nvfp4": (0.5 + 1 / 16, "linear"),
-    "nf4": (0.5 + 4 / 64, "linear"),
+    "nf4": (BNB_NF4_BYTES, "linear"),
     "gguf": (4.85 / 8, "linear"),
 }
 #: --quantization names (and checkpoint quant_method values) -> format.
