@@ -337,7 +337,7 @@ class Advisor:
             rule = group[0].rule
             finding = self._finding(group, folds.get(rule.id) if folds and rule.aggregate else None, ctx_dict)
             if "cause" in rule.facts and "cause" not in finding.facts:
-                _take_cause(finding, hits, ctx)
+                _take_cause(finding, hits, ctx, group)
             if not self._kept(finding, ctx_dict):
                 continue
             if finding.severity == "error" and _recovered(finding, ctx):
@@ -496,15 +496,20 @@ def _ranked(found: list[Finding]) -> list[Finding]:
 CAUSE_RULES = ("unrecognized-failure",)
 
 
-def _take_cause(finding: Finding, hits: list[Hit], ctx: Context) -> None:
+def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit] | None = None) -> None:
     """A message that only says the engine died ("EngineDeadError", "Worker proc ... died") reports a cause
     printed before it: the latest exception before it (after the server became ready, for a death while
-    serving), at its first occurrence, becomes the finding's `cause` and its first evidence line."""
+    serving), at its first occurrence, becomes the finding's `cause` and its first evidence line. `group`: the
+    finding's hits; a death reported several times ("EngineCore encountered a fatal error", its traceback,
+    then the API server's EngineDeadError) takes the exception printed before its last report."""
     floor = ctx.ready_line if (finding.stage == "serving" and ctx.ready_line) else 0
     # hits are in log order; a shipper's record (a JSON formatter's exc_info) holds several lines under one
     # number, so "before" is the hits that came ahead of the finding's own, not a smaller line number
-    own = next((i for i, h in enumerate(hits) if h.rule is finding.rule and h.line.number == finding.line),
-               len(hits))
+    mine = {id(h) for h in group} if group else set()
+    own = next((i for i in range(len(hits) - 1, -1, -1) if id(hits[i]) in mine), None) if mine else None
+    if own is None:
+        own = next((i for i, h in enumerate(hits) if h.rule is finding.rule and h.line.number == finding.line),
+                   len(hits))
     before = [h for h in hits[:own] if h.rule.id in CAUSE_RULES and floor < h.line.number
               and h.facts.get("message")]
     if not before:
