@@ -494,6 +494,8 @@ def _ranked(found: list[Finding]) -> list[Finding]:
 #: The rule whose hits are original exceptions (it skips the wrappers): candidates for the cause a death
 #: message points at.
 CAUSE_RULES = ("unrecognized-failure",)
+#: Lines after a death banner in which the same process's traceback ends in its cause.
+CAUSE_AFTER_SPAN = 80
 
 
 def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit] | None = None) -> None:
@@ -510,14 +512,22 @@ def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit
     if own is None:
         own = next((i for i, h in enumerate(hits) if h.rule is finding.rule and h.line.number == finding.line),
                    len(hits))
+    # an exception with a message, or a bare class ending a traceback (an `assert` without a message)
     before = [h for h in hits[:own] if h.rule.id in CAUSE_RULES and floor < h.line.number
-              and h.facts.get("message")]
+              and (h.facts.get("message") or h.facts.get("exception"))]
+    if not before and own < len(hits):
+        # a banner that prints its cause after it ("EngineCore encountered a fatal error." then the traceback):
+        # the first exception the same process prints within the traceback's span
+        last_own = hits[own].line
+        before = [h for h in hits[own + 1:] if h.rule.id in CAUSE_RULES and last_own.pid is not None
+                  and h.line.pid == last_own.pid and 0 < h.line.number - last_own.number <= CAUSE_AFTER_SPAN
+                  and (h.facts.get("message") or h.facts.get("exception"))][:1]
     if not before:
         return
     last = before[-1]
     key = (last.facts.get("exception"), last.facts.get("message"))
     first = next(h for h in before if (h.facts.get("exception"), h.facts.get("message")) == key)
-    finding.facts["cause"] = f"{key[0]}: {key[1]}" if key[0] else str(key[1])
+    finding.facts["cause"] = (f"{key[0]}: {key[1]}" if key[1] else str(key[0])) if key[0] else str(key[1])
     finding.facts["cause_line"] = first.line.number
     finding.evidence = sorted([first.line, *[e for e in finding.evidence if e is not first.line]][:MAX_EVIDENCE],
                               key=lambda line: line.number)
