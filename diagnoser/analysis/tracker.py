@@ -81,9 +81,7 @@ class Context:
     server_started: bool = False
     stats_lines: int = 0
     last_stats_line: int | None = None  #: a stats line after an error means the server kept serving
-    #: the latest stats line showing the engine moving (tokens generated, or nothing left to run): a hang's
-    #: stats lines go on printing, with requests running and no token generated
-    last_progress_line: int | None = None
+    progress_line: int | None = None  #: the latest stats line of an engine moving (a hang's stats show none)
     peak_kv_usage_pct: float | None = None
     max_running_reqs: int | None = None
     max_waiting_reqs: int | None = None
@@ -118,8 +116,7 @@ def _context_fields() -> frozenset[str]:
     return frozenset(f.name for f in fields(Context))
 
 #: Context fields for the rules' own reasoning (recovered errors, time since ready), not for the report.
-INTERNAL = {"ready_line", "ready_time", "last_stats_text", "interrupted_line", "interrupted_stage",
-            "last_progress_line"}
+INTERNAL = {"ready_line", "ready_time", "last_stats_text", "interrupted_line", "interrupted_stage", "progress_line"}
 
 #: Settings keys (non-default args, Namespace, engine config) -> Context fields.
 SETTING_ALIASES = {
@@ -570,16 +567,10 @@ class Tracker:
                 pass
             else:
                 ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
-        running = int(text[slice(*got["running"])]) if got["running"] else None
-        if running is not None:
-            ctx.max_running_reqs = max(running, ctx.max_running_reqs or 0)
-        if got["gen"]:
-            try:
-                moving = float(text[slice(*got["gen"])]) > 0 or running == 0
-            except ValueError:
-                moving = False
-            if moving:
-                ctx.last_progress_line = number
+        if got["running"]:
+            ctx.max_running_reqs = max(int(text[slice(*got["running"])]), ctx.max_running_reqs or 0)
+        if got["gen"] and ("Running: 0 reqs" in text or (to_number(text[slice(*got["gen"])]) or 0) > 0):
+            ctx.progress_line = number  # tokens generated, or nothing left to run: not hung
         if got["waiting"]:
             ctx.max_waiting_reqs = max(int(text[slice(*got["waiting"])]), ctx.max_waiting_reqs or 0)
 
