@@ -512,16 +512,14 @@ def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit
     if own is None:
         own = next((i for i, h in enumerate(hits) if h.rule is finding.rule and h.line.number == finding.line),
                    len(hits))
-    # an exception with a message, or a bare class ending a traceback (an `assert` without a message)
-    before = [h for h in hits[:own] if h.rule.id in CAUSE_RULES and floor < h.line.number
-              and (h.facts.get("message") or h.facts.get("exception"))]
+    before = [h for h in hits[:own] if h.rule.id in CAUSE_RULES and floor < h.line.number and _is_cause(h)]
     if not before and own < len(hits):
         # a banner that prints its cause after it ("EngineCore encountered a fatal error." then the traceback):
         # the first exception the same process prints within the traceback's span
         last_own = hits[own].line
         before = [h for h in hits[own + 1:] if h.rule.id in CAUSE_RULES and last_own.pid is not None
                   and h.line.pid == last_own.pid and 0 < h.line.number - last_own.number <= CAUSE_AFTER_SPAN
-                  and (h.facts.get("message") or h.facts.get("exception"))][:1]
+                  and _is_cause(h)][:1]
     if not before:
         return
     last = before[-1]
@@ -531,6 +529,12 @@ def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit
     finding.facts["cause_line"] = first.line.number
     finding.evidence = sorted([first.line, *[e for e in finding.evidence if e is not first.line]][:MAX_EVIDENCE],
                               key=lambda line: line.number)
+
+
+def _is_cause(hit: Hit) -> bool:
+    """An exception with a message, or a bare exception class ending a traceback (an `assert` without a
+    message); not a signal's name (faulthandler's "Fatal Python error: Aborted" is the death itself)."""
+    return bool(hit.facts.get("message")) or str(hit.facts.get("exception") or "").endswith(("Error", "Exception"))
 
 
 def _recovered(finding: Finding, ctx: Context) -> bool:
