@@ -297,6 +297,18 @@ def test_word_split_by_a_wrap_still_matches():
     assert (finding.facts["num_attention_heads"], finding.facts["tensor_parallel_size"]) == (64, 3)
 
 
+def test_equally_wide_lines_before_a_shell_message_are_not_a_wrap():
+    # idle stats lines are all one width; the shell's line after the last one is its own record, not a piece
+    stats = ("(APIServer pid=1) INFO 07-16 14:20:{:02d} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 "
+             "tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache "
+             "usage: 0.0%, Prefix cache hit rate: 0.0%\n")
+    text = ("(APIServer pid=1) INFO 07-16 14:19:56 [api_server.py:1880] Starting vLLM API server 0 on "
+            "http://0.0.0.0:8000\n" + stats.format(6) + "INFO:     10.0.5.26:31496 - \"GET /health HTTP/1.1\" 200 OK\n"
+            + stats.format(16) + "Segmentation fault (core dumped)\n")
+    finding, _ = _diagnose(text)
+    assert finding.rule.id == "process-crashed"
+
+
 def test_chatter_around_a_fence_is_not_a_finding():
     text = fenced("INFO 06-01 14:00:00 api_server.py:212] Starting vLLM API server on http://0.0.0.0:8000\n")
     assert not [f for f in diagnose_text(text).findings if f.severity in ("error", "warning")]

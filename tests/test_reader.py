@@ -46,6 +46,14 @@ def test_docker_k8s_ci_and_quote_prefixes():
     assert parse_line(1, "(RayWorkerWrapper pid=812, ip=10.0.0.2) INFO 01-01 00:00:00 [w.py:1] hi").text == "hi"
 
 
+def test_ray_daemon_tags_are_stripped():
+    # Ray relays its daemons' lines to the driver's output tagged without a pid
+    assert parse_line(1, "(raylet) ray.exceptions.OutOfMemoryError: Task was killed due to the node running low "
+                         "on memory.").text.startswith("ray.exceptions.OutOfMemoryError: ")
+    assert parse_line(1, "(raylet, ip=10.0.0.5) A worker died or was killed").text == "A worker died or was killed"
+    assert parse_line(1, "(raylet is here) text").text == "(raylet is here) text"
+
+
 def test_caret_ansi_and_lost_escape_are_stripped():
     line = lines_of(b"^[[31mERROR^[[0m fine\n")[0][0]
     assert line.text == "ERROR fine"

@@ -337,7 +337,7 @@ class Advisor:
             rule = group[0].rule
             finding = self._finding(group, folds.get(rule.id) if folds and rule.aggregate else None, ctx_dict)
             if "cause" in rule.facts and "cause" not in finding.facts:
-                _take_cause(finding, hits, ctx)
+                _take_cause(finding, hits, ctx, group)
             if not self._kept(finding, ctx_dict):
                 continue
             if finding.severity == "error" and _recovered(finding, ctx):
@@ -494,28 +494,47 @@ def _ranked(found: list[Finding]) -> list[Finding]:
 #: The rule whose hits are original exceptions (it skips the wrappers): candidates for the cause a death
 #: message points at.
 CAUSE_RULES = ("unrecognized-failure",)
+#: Lines after a death banner in which the same process's traceback ends in its cause.
+CAUSE_AFTER_SPAN = 80
 
 
-def _take_cause(finding: Finding, hits: list[Hit], ctx: Context) -> None:
+def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit] | None = None) -> None:
     """A message that only says the engine died ("EngineDeadError", "Worker proc ... died") reports a cause
     printed before it: the latest exception before it (after the server became ready, for a death while
-    serving), at its first occurrence, becomes the finding's `cause` and its first evidence line."""
+    serving), at its first occurrence, becomes the finding's `cause` and its first evidence line. `group`: the
+    finding's hits; a death reported several times ("EngineCore encountered a fatal error", its traceback,
+    then the API server's EngineDeadError) takes the exception printed before its last report."""
     floor = ctx.ready_line if (finding.stage == "serving" and ctx.ready_line) else 0
     # hits are in log order; a shipper's record (a JSON formatter's exc_info) holds several lines under one
     # number, so "before" is the hits that came ahead of the finding's own, not a smaller line number
-    own = next((i for i, h in enumerate(hits) if h.rule is finding.rule and h.line.number == finding.line),
-               len(hits))
-    before = [h for h in hits[:own] if h.rule.id in CAUSE_RULES and floor < h.line.number
-              and h.facts.get("message")]
+    mine = {id(h) for h in group} if group else set()
+    own = next((i for i in range(len(hits) - 1, -1, -1) if id(hits[i]) in mine), None) if mine else None
+    if own is None:
+        own = next((i for i, h in enumerate(hits) if h.rule is finding.rule and h.line.number == finding.line),
+                   len(hits))
+    before = [h for h in hits[:own] if h.rule.id in CAUSE_RULES and floor < h.line.number and _is_cause(h)]
+    if not before and own < len(hits):
+        # a banner that prints its cause after it ("EngineCore encountered a fatal error." then the traceback):
+        # the first exception the same process prints within the traceback's span
+        last_own = hits[own].line
+        before = [h for h in hits[own + 1:] if h.rule.id in CAUSE_RULES and last_own.pid is not None
+                  and h.line.pid == last_own.pid and 0 < h.line.number - last_own.number <= CAUSE_AFTER_SPAN
+                  and _is_cause(h)][:1]
     if not before:
         return
     last = before[-1]
     key = (last.facts.get("exception"), last.facts.get("message"))
     first = next(h for h in before if (h.facts.get("exception"), h.facts.get("message")) == key)
-    finding.facts["cause"] = f"{key[0]}: {key[1]}" if key[0] else str(key[1])
+    finding.facts["cause"] = (f"{key[0]}: {key[1]}" if key[1] else str(key[0])) if key[0] else str(key[1])
     finding.facts["cause_line"] = first.line.number
     finding.evidence = sorted([first.line, *[e for e in finding.evidence if e is not first.line]][:MAX_EVIDENCE],
                               key=lambda line: line.number)
+
+
+def _is_cause(hit: Hit) -> bool:
+    """An exception with a message, or a bare exception class ending a traceback (an `assert` without a
+    message); not a signal's name (faulthandler's "Fatal Python error: Aborted" is the death itself)."""
+    return bool(hit.facts.get("message")) or str(hit.facts.get("exception") or "").endswith(("Error", "Exception"))
 
 
 def _recovered(finding: Finding, ctx: Context) -> bool:

@@ -81,6 +81,7 @@ class Context:
     server_started: bool = False
     stats_lines: int = 0
     last_stats_line: int | None = None  #: a stats line after an error means the server kept serving
+    progress_line: int | None = None  #: the latest stats line of an engine moving (a hang's stats show none)
     peak_kv_usage_pct: float | None = None
     max_running_reqs: int | None = None
     max_waiting_reqs: int | None = None
@@ -115,7 +116,7 @@ def _context_fields() -> frozenset[str]:
     return frozenset(f.name for f in fields(Context))
 
 #: Context fields for the rules' own reasoning (recovered errors, time since ready), not for the report.
-INTERNAL = {"ready_line", "ready_time", "last_stats_text", "interrupted_line", "interrupted_stage"}
+INTERNAL = {"ready_line", "ready_time", "last_stats_text", "interrupted_line", "interrupted_stage", "progress_line"}
 
 #: Settings keys (non-default args, Namespace, engine config) -> Context fields.
 SETTING_ALIASES = {
@@ -148,6 +149,7 @@ STATS = {
     "running": lazy(r"Running: (\d+) reqs"),
     "waiting": lazy(r"(?:Waiting|Pending): (\d+) reqs"),
     "kv_pct": lazy(r"KV cache usage: ([\d.]+)%"),
+    "gen": lazy(r"generation throughput: ([\d.]+) tokens/s"),
 }
 
 
@@ -567,6 +569,8 @@ class Tracker:
                 ctx.peak_kv_usage_pct = max(pct, ctx.peak_kv_usage_pct or 0.0)
         if got["running"]:
             ctx.max_running_reqs = max(int(text[slice(*got["running"])]), ctx.max_running_reqs or 0)
+        if got["gen"] and ("Running: 0 reqs" in text or (to_number(text[slice(*got["gen"])]) or 0) > 0):
+            ctx.progress_line = number  # tokens generated, or nothing left to run: not hung
         if got["waiting"]:
             ctx.max_waiting_reqs = max(int(text[slice(*got["waiting"])]), ctx.max_waiting_reqs or 0)
 

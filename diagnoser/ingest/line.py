@@ -35,6 +35,9 @@ PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("compose", re.compile(r"^[a-z0-9][\w.-]*-\d+\s+\| ")),
     ("pipe", re.compile(rf"^(?:(?:{LEVELS})\s*\|\s*)?(?:stdout|stderr)\s*\|\s*")),
     ("proc", re.compile("^" + PROC + r"\s?")),
+    # Ray's own daemons, relayed to the driver's output without a pid: "(raylet) ...", "(raylet, ip=10.0.0.5) ..."
+    ("raytag", re.compile(r"^\((?:raylet|gcs_server|autoscaler|monitor|log_monitor|dashboard_agent)"
+                          r"(?:,\s*ip=[^)\s]*)?\)\s?")),
     ("rank", re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")),
     ("vllm", re.compile(
         rf"^(?P<level>{LEVELS}) (?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? "

@@ -57,8 +57,10 @@ def wrap_width(block: bytes) -> int | None:
         return None
     top = max(long_ones)
     at_top = [c for w, c in zip(widths, continued, strict=True) if w == top]
-    # several lines cut at the same, widest column, most of them continued by a piece without a prefix
-    if len(at_top) < 2 or len(at_top) * 7 < len(long_ones) or sum(at_top) * 2 < len(at_top):
+    # several lines cut at the same, widest column, most of them (and at least two) continued by a piece
+    # without a prefix: two equally wide lines of a log as written (idle stats lines) with one header-less
+    # line after one of them (a shell's "Killed", "Segmentation fault") are not a wrap
+    if len(at_top) < 2 or len(at_top) * 7 < len(long_ones) or sum(at_top) < 2 or sum(at_top) * 2 < len(at_top):
         return None
     return top
 
