@@ -45,7 +45,7 @@ def test_a_signal_reaches_the_commands_whole_group(tmp_path, sig):
     child = None
     proc = subprocess.Popen([sys.executable, "-m", "diagnoser", "run", "--", "sh", "-c",
                              WRAPPER.format(pid=pid_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, cwd=tmp_path)
+                            start_new_session=True, cwd=tmp_path, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     try:
         deadline = time.monotonic() + 60
         while not pid_file.exists() or not pid_file.read_text().strip():
@@ -54,7 +54,16 @@ def test_a_signal_reaches_the_commands_whole_group(tmp_path, sig):
         child = int(pid_file.read_text())
         time.sleep(0.5)
         os.kill(proc.pid, sig)
-        proc.communicate(timeout=90)  # a hang detector: a loaded CI machine may take its time
+        try:
+            proc.communicate(timeout=90)  # a hang detector: a loaded CI machine may take its time
+        except subprocess.TimeoutExpired:
+            tree = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,pgid=,sid=,stat=,args="], capture_output=True,
+                                  text=True).stdout
+            os.kill(proc.pid, signal.SIGABRT)  # faulthandler prints where each of its threads is
+            _, err = proc.communicate(timeout=30)
+            mine = [ln for ln in tree.splitlines() if str(proc.pid) in ln or str(child) in ln]
+            pytest.fail("the doctor did not end after the signal:\n" + "\n".join(mine) + "\n"
+                        + err.decode(errors="replace")[-4000:])
         deadline = time.monotonic() + 10
         while _alive(child) and time.monotonic() < deadline:
             time.sleep(0.1)
