@@ -517,9 +517,9 @@ def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit
         # a banner that prints its cause after it ("EngineCore encountered a fatal error." then the traceback):
         # the first exception the same process prints within the traceback's span
         last_own = hits[own].line
-        before = [h for h in hits[own + 1:] if h.rule.id in CAUSE_RULES and last_own.pid is not None
-                  and h.line.pid == last_own.pid and 0 < h.line.number - last_own.number <= CAUSE_AFTER_SPAN
-                  and _is_cause(h)][:1]
+        before = [h for h in hits[own + 1:] if h.rule.id in CAUSE_RULES and _is_cause(h) and (
+                  _same_record(h.line, last_own) or (last_own.pid is not None and h.line.pid == last_own.pid
+                                                     and 0 < h.line.number - last_own.number <= CAUSE_AFTER_SPAN))][:1]
     if not before:
         return
     last = before[-1]
@@ -529,6 +529,13 @@ def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit
     finding.facts["cause_line"] = first.line.number
     finding.evidence = sorted([first.line, *[e for e in finding.evidence if e is not first.line]][:MAX_EVIDENCE],
                               key=lambda line: line.number)
+
+
+def _same_record(a: Line, b: Line) -> bool:
+    """Two lines of one log record: vLLM's formatter prints an exception's traceback under its message's own
+    header (process, level, time and file:line), however long the traceback, tagged or not."""
+    return (a.timestamp is not None and a.source is not None
+            and (a.proc_key, a.level, a.timestamp, a.source) == (b.proc_key, b.level, b.timestamp, b.source))
 
 
 def _is_cause(hit: Hit) -> bool:
