@@ -498,7 +498,7 @@ CAUSE_RULES = ("unrecognized-failure",)
 CAUSE_AFTER_SPAN = 80
 
 
-def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit] | None = None) -> None:
+def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit]) -> None:
     """A message that only says the engine died ("EngineDeadError", "Worker proc ... died") reports a cause
     printed before it: the latest exception before it (after the server became ready, for a death while
     serving), at its first occurrence, becomes the finding's `cause` and its first evidence line. `group`: the
@@ -507,13 +507,10 @@ def _take_cause(finding: Finding, hits: list[Hit], ctx: Context, group: list[Hit
     floor = ctx.ready_line if (finding.stage == "serving" and ctx.ready_line) else 0
     # hits are in log order; a shipper's record (a JSON formatter's exc_info) holds several lines under one
     # number, so "before" is the hits that came ahead of the finding's own, not a smaller line number
-    mine = {id(h) for h in group} if group else set()
-    own = next((i for i in range(len(hits) - 1, -1, -1) if id(hits[i]) in mine), None) if mine else None
-    if own is None:
-        own = next((i for i, h in enumerate(hits) if h.rule is finding.rule and h.line.number == finding.line),
-                   len(hits))
+    mine = {id(h) for h in group}
+    own = max(i for i, h in enumerate(hits) if id(h) in mine)  # its last report (group is a subset of hits)
     before = [h for h in hits[:own] if h.rule.id in CAUSE_RULES and floor < h.line.number and _is_cause(h)]
-    if not before and own < len(hits):
+    if not before:
         # a banner that prints its cause after it ("EngineCore encountered a fatal error." then the traceback):
         # the first exception the same process prints within the traceback's span
         last_own = hits[own].line

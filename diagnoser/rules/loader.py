@@ -144,6 +144,8 @@ _MATCH_WHEN = lazy(r"^\s+(?:-\s+)?when:", re.MULTILINE)
 #: of the text) are parsed the first time one is read, by load_deferred (most rules never see a matching line).
 _EAGER_KEYS = frozenset({"id", "title", "severity", "stage", "fine_stage", "match", "facts", "when", "aggregate",
                          "fallback", "catalog", "overrides", "explains", "keep_when", "context", "wrapper"})
+
+
 def split_top_keys(text: str, eager: frozenset[str]) -> tuple[str, str]:
     """(the YAML of the top-level keys in `eager`, the YAML of the others): a rule file's text cut where each
     top-level key starts at its line's start (anything before the first key stays with the first part)."""
