@@ -70,14 +70,16 @@ def test_a_shipped_rule_parses_its_long_parts_on_first_read_and_the_parts_make_t
     import copy
     import pickle
 
-    from diagnoser.datafiles import yaml_load
-    from diagnoser.rules.loader import _EAGER_KEYS, _LAST_CASES, builtin_rules_dir, shipped_rule, split_top_keys
+    from diagnoser.datafiles import parse_yaml, yaml_load
+    from diagnoser.rules.loader import builtin_rules_dir, shipped_rule, split_rule_text
 
     for path in sorted(builtin_rules_dir().glob("*.yaml")):
         text = path.read_text(encoding="utf-8")
-        body = text[:_LAST_CASES.search(text).start()]
-        now, later = (yaml_load(part) or {} for part in split_top_keys(body, _EAGER_KEYS))
-        assert not now.keys() & later.keys() and {**now, **later} == yaml_load(body), path.name
+        parts = split_rule_text(text)
+        now, derive, later = (yaml_load(part) or {} for part in (parts.now, parts.derive, parts.later))
+        whole = parse_yaml(text)
+        assert parts.cases is not None and parse_yaml(parts.cases) == {"cases": whole.pop("cases")}, path.name
+        assert len(now) + len(derive) + len(later) == len(whole) and {**now, **derive, **later} == whole, path.name
     rule = shipped_rule(builtin_rules_dir() / "kv-cache-too-small.yaml")
     assert "advice" not in vars(rule) and "_deferred" in vars(rule)
     twin = pickle.loads(pickle.dumps(rule))

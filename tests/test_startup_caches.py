@@ -1,5 +1,6 @@
 """Start-up without a cache: the hyperscan databases are compiled in the process and find what the regexes find,
-each bundled data file is parsed once per process, and two runs say the same (nothing is kept between them:
+each bundled data file is parsed once per process, the shipped YAML parsed ahead (data/parsed_yaml.json) says what
+YAML says and is never used for a text it was not made from, and two runs say the same (nothing is kept between them:
 tests/security/test_start_cache.py shows a planted cache changes nothing)."""
 
 from __future__ import annotations
@@ -46,6 +47,50 @@ def test_a_block_pattern_finds_what_the_regex_finds():
 def test_data_files_are_parsed_once_per_process():
     assert datafiles.load("gpus.yaml") is datafiles.load("gpus.yaml")
     assert {"gpus"} <= set(datafiles.load("gpus.yaml"))
+
+
+def _gen_parsed_yaml():
+    import runpy
+
+    return runpy.run_path(str(ROOT / "scripts" / "gen-parsed-yaml"), run_name="gen_parsed_yaml")
+
+
+def test_the_parsed_yaml_file_is_up_to_date():
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen-parsed-yaml"), "--check"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+
+
+def test_every_shipped_yaml_text_is_answered_from_the_parsed_file_with_what_yaml_says():
+    texts = _gen_parsed_yaml()["texts"]()
+    index = datafiles._parsed()
+    assert len(texts) > 100 and all(datafiles.text_key(t) in index for t in texts)
+    for text in texts:
+        assert datafiles.yaml_load(text) == datafiles.parse_yaml(text)
+
+
+def test_an_edited_text_is_parsed_and_a_missing_parsed_file_changes_nothing(monkeypatch):
+    from diagnoser.rules.loader import builtin_rules_dir, shipped_rule
+
+    path = builtin_rules_dir() / "kv-cache-too-small.yaml"
+    text = path.read_text(encoding="utf-8")
+    edited = text.replace("title: ", "title: EDITED ", 1)
+    assert datafiles.text_key(edited) not in datafiles._parsed()
+    assert datafiles.yaml_load(edited.split("\nmatch:")[0])["title"].startswith("EDITED ")
+    answered = shipped_rule(path)
+    monkeypatch.setattr(datafiles, "_parsed", lambda: {})
+    parsed = shipped_rule(path)
+    assert parsed.title == answered.title and parsed.patterns == answered.patterns
+    assert parsed.advice == answered.advice and parsed.fixes == answered.fixes and parsed.derive == answered.derive
+
+
+def test_a_value_json_would_change_is_left_to_yaml():
+    import json
+
+    left = ["when: 2024-01-02\n", "1: one\n", "x: .nan\n"]
+    assert json.loads(datafiles.parsed_index(left)) == {}
+    kept = json.loads(datafiles.parsed_index([*left, "a: [1, 2.0, true]\n"]))
+    assert list(kept.values()) == ['{"a":[1,2.0,true]}']
 
 
 def test_every_landmark_pattern_compiles():

@@ -212,15 +212,34 @@ def component_of_exception(name: str | None) -> str | None:
     return comp.name if comp is not None else None
 
 
+@dataclass(frozen=True)
+class _FrameFacts:
+    """What the tables say of one frame (worked out once per frame: a traceback is re-placed at each frame)."""
+
+    is_vllm: bool
+    transparent: bool
+    component: _Component | None
+    platform: str | None
+    marks: tuple[_StageMark, ...]  #: the stage marks that name it, in the table's order
+
+
+@lru_cache(maxsize=4096)
+def _facts(frame: Frame) -> _FrameFacts:
+    norm = frame.norm
+    comp = component_of_path(norm) or _component_of_func(frame.func)
+    return _FrameFacts(
+        is_vllm=frame.short.lower().startswith("vllm/") and "torch_compile_cache" not in norm,
+        transparent=_is_transparent(norm), component=comp,
+        platform=_platform_name(norm) if comp is not None and comp.platform else None,
+        marks=tuple(mark for mark in table().stages if mark.names(frame, norm)))
+
+
 def _stages(frames: Sequence[Frame]) -> tuple[str, ...]:
     """The fine stages the frames allow, innermost frame first (see module doc and places.yaml)."""
     maybe: tuple[str, ...] = ()
     serving: str | None = None
     for frame in reversed(frames):
-        norm = frame.norm
-        for mark in table().stages:
-            if not mark.names(frame, norm):
-                continue
+        for mark in _facts(frame).marks:
             if mark.stage is None:
                 maybe = maybe or mark.maybe
             elif mark.stage in SERVING:
@@ -239,18 +258,15 @@ def locate(frames: Sequence[Frame], exception: str | None = None) -> Place:
     platform: str | None = None
     vllm_frame = library_frame = None
     for frame in reversed(frames):
-        norm = frame.norm
-        is_vllm = frame.short.lower().startswith("vllm/") and "torch_compile_cache" not in norm
-        if vllm_frame is None and is_vllm:
+        facts = _facts(frame)
+        if vllm_frame is None and facts.is_vllm:
             vllm_frame = frame
-        transparent = _is_transparent(norm)
-        if library_frame is None and not is_vllm and not transparent:
+        if library_frame is None and not facts.is_vllm and not facts.transparent:
             library_frame = frame
-        comp = component_of_path(norm) or _component_of_func(frame.func)
-        if comp is not None and comp.platform and platform is None:
-            platform = _platform_name(norm)
-        if component is None and comp is not None and not transparent:
-            component, named_by = comp, frame
+        if platform is None and facts.platform is not None:
+            platform = facts.platform
+        if component is None and facts.component is not None and not facts.transparent:
+            component, named_by = facts.component, frame
     name = component.name if component is not None else component_of_exception(exception)
     title = component.title if component is not None else _title(name)
     return Place(component=name, title=title, platform=platform, stages=_stages(frames), frame=named_by,

@@ -28,7 +28,8 @@ from diagnoser.rules.model import (
     Rule,
     RuleError,
     TimedPattern,
-    compile_regex,
+    compile_pack,
+    compile_shipped,
     derive_keywords,
 )
 from diagnoser.rules.regexcheck import catastrophic
@@ -167,8 +168,8 @@ def _compile(source: Any, path: str, key: str, trusted: bool = False) -> Any:
     if not isinstance(source, str):
         raise RuleError(path, key, f"a regex is a string, not {type(source).__name__}")
     try:
-        compiled = compile_regex(source)
-    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        compiled = compile_shipped(source) if trusted else compile_pack(source)
+    except (re.error, regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise RuleError(path, key, f"regex does not compile: {exc}") from None
     problem = catastrophic(source)
     if problem:
