@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from diagnoser.vllm import kvcache, profiling, releases, sizing
+from diagnoser.vllm import coefficients, kvcache, profiling, releases, sizing
 from diagnoser.vllm import memory as mem
 from diagnoser.vllm.archspec import ArchSpec
 from diagnoser.vllm.modelspec import load_gpu, load_model
@@ -113,14 +113,24 @@ class Fitted:
             (self.runner is None or res.model_runner == self.runner)
 
 
+def _growth_non_torch(pair: dict[str, Any], res: sizing.PlanResult) -> bool:
+    """The start-up printed a non-torch figure of the kind the non-torch coefficients model: what start-up adds
+    over a snapshot taken once the CUDA context exists. V0 0.6.4.x and V1 0.6.5-0.9.0 print everything on the
+    device PyTorch has not allocated (the context and other processes included: settings.non_torch_counts_context),
+    another quantity, which informs no coefficient."""
+    return "non_torch_gib" in pair["measured"] and \
+        not coefficients.non_torch_counts_context(res.inp.version, res.engine)
+
+
 def _non_torch_single(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
     m = pair["measured"]
-    return float(m["non_torch_gib"]) if "non_torch_gib" in m and res.inp.tensor_parallel_size == 1 else None
+    return float(m["non_torch_gib"]) if _growth_non_torch(pair, res) and res.inp.tensor_parallel_size == 1 \
+        else None
 
 
 def _non_torch_multi(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
     m, inp = pair["measured"], res.inp
-    if "non_torch_gib" not in m or inp.tensor_parallel_size <= 1 or inp.custom_all_reduce is False or \
+    if not _growth_non_torch(pair, res) or inp.tensor_parallel_size <= 1 or inp.custom_all_reduce is False or \
             profiling.NO_P2P_GPUS.search(inp.gpu_name or ""):
         return None
     return float(m["non_torch_gib"]) - float(releases.default("non_torch_single_gib", inp.version))

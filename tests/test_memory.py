@@ -564,6 +564,28 @@ def test_tp_buffers_made_before_the_baseline_snapshot_are_not_counted_from_0_11(
     assert coefficients.non_torch_bytes(2, 1, "H100-80GB", (0, 10, 1)) == int((0.10 + 1.40) * GIB)
 
 
+def test_releases_that_count_the_cuda_context_as_non_torch_memory():
+    # vLLM 0.6.4's V0 worker and V1's gpu_worker until 0.9.1 add everything on the device that torch has not
+    # allocated (non_torch_allocations = total - free - torch allocated); 0.5.3 and V0 0.6.5+ count the growth since
+    # a snapshot taken once the CUDA context exists, and so does V1 once it took memory_profiling (0.9.1)
+    assert coefficients.non_torch_counts_context((0, 6, 4), "V0") is True
+    assert coefficients.non_torch_counts_context((0, 6, 4), "V1") is False
+    assert coefficients.non_torch_counts_context((0, 6, 5), "V0") is False
+    assert coefficients.non_torch_counts_context((0, 7, 1), "V1") is True
+    assert coefficients.non_torch_counts_context((0, 9, 0), "V1") is True
+    assert coefficients.non_torch_counts_context((0, 9, 1), "V1") is False
+    assert coefficients.non_torch_counts_context((0, 5, 3), "V0") is False
+    assert coefficients.non_torch_counts_context((0, 19, 0), "V1") is False
+    # the plan says so where it applies, and only there
+    a = archspec.ArchSpec("t", layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                          intermediate_size=14336, vocab_size=128256)
+    said = [line for line in sizing.physics_assumptions(sizing.plan_memory(
+        sizing.PlanInput(arch=a, gpu_bytes=80 * GIB, version=(0, 7, 1), engine="V1"))) if "CUDA context" in line]
+    assert len(said) == 1
+    assert not [line for line in sizing.physics_assumptions(sizing.plan_memory(
+        sizing.PlanInput(arch=a, gpu_bytes=80 * GIB, version=(0, 7, 3)))) if "CUDA context" in line]
+
+
 def test_bitsandbytes_nf4_double_quantised_absmax():
     # vLLM quantizes with bitsandbytes quantize_4bit(compress_statistics=True, quant_type="nf4"): 4-bit weights, a
     # uint8 absmax per 64 weights and an fp32 absmax per 256 of those (bitsandbytes/functional.py quantize_4bit)

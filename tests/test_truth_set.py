@@ -65,6 +65,25 @@ def test_leave_one_source_out_refits_without_the_source():
     assert again.weights_bytes == res.weights_bytes and again.activation_bytes == res.activation_bytes
 
 
+def test_non_torch_figures_of_another_kind_inform_no_coefficient():
+    # vLLM 0.6.4 prints as non_torch_memory everything torch has not allocated, the CUDA context included (V0
+    # worker.py 0.6.4): an H100 at TP 1 shows 1.79 GiB where 0.6.5+ start-ups show 0.02-0.26 GiB of growth
+    bench = _bench()
+    data = bench.load()
+    by_id = {p["id"]: p for p in data["kv_pairs"]}
+    for pid in ("llama-3-8b-h100-v0.6.4-dev", "llama-3-8b-tp2-h100-v0.6.4-dev", "llama-3.1-70b-tp8-h200-v0.6.4"):
+        pair = by_id[pid]
+        res = sizing.plan_memory(bench.plan_input(pair["config"]))
+        assert bench._non_torch_single(pair, res) is None and bench._non_torch_multi(pair, res) is None, pid
+    grown = by_id["qwen2.5-14b-fp16-tp2-a100-40gb-v0.7.2"]
+    res = sizing.plan_memory(bench.plan_input(grown["config"]))
+    assert bench._non_torch_multi(grown, res) == pytest.approx(1.54 - 0.10)
+    # held out, the 405B at 0.5.3 (TP 8) is planned with the growth figure of 0.7.2, not the 0.6.4 context figures
+    big = by_id["llama-3.1-405b-fp8-tp8-h100-v0.5.3"]
+    held_out = bench.coefficients_for(big, bench.refits(data, bench.origin(big)))
+    assert held_out["non_torch_multi_gpu_gib"] == pytest.approx(1.44)
+
+
 @pytest.mark.xfail(strict=True, reason="not met yet: gpt-oss-120b on an H100 (0.11.0) keeps 3.33 GiB after 64.38 GiB of weights; Marlin's MXFP4 "
                    "padding over-estimates them by 2.2% (the image's MoE backend is not known), which takes 45% of the cache; "
                    "and V1 TP=2 non-torch memory at 0.11.0 (0.55 GiB measured) is not derived from source")

@@ -85,6 +85,22 @@ def non_torch_bytes(tp: int, pp: int, gpu_name: str, version: Version, custom_al
                                      custom_all_reduce=custom_all_reduce)
 
 
+def non_torch_counts_context(version: Version, engine: str | None = None) -> bool:
+    """Whether the release's KV budget counts everything on the device that PyTorch has not allocated as
+    non-torch memory (the CUDA context, other processes' memory, torch's cached blocks: V0 0.6.4.x, and V1 from
+    0.6.5 until it took V0's memory_profiling in 0.9.1), rather than what start-up adds over a snapshot taken
+    once the context exists, the quantity the non-torch coefficients model (settings.non_torch_counts_context).
+
+    >>> non_torch_counts_context((0, 6, 4), "V0"), non_torch_counts_context((0, 6, 5), "V0")
+    (True, False)
+    >>> non_torch_counts_context((0, 7, 1), "V1"), non_torch_counts_context((0, 9, 2), "V1")
+    (True, False)
+    >>> non_torch_counts_context((0, 5, 3)), non_torch_counts_context((0, 19, 0))
+    (False, False)
+    """
+    return bool(releases.default("non_torch_counts_context", version, engine=engine))
+
+
 def non_torch_rule(tp: int, version: Version) -> str:
     """The non-torch rule applied, in words, for the assumptions output."""
     single = float(releases.default("non_torch_single_gib", version))

@@ -21,6 +21,7 @@ from diagnoser.vllm.coefficients import (
     graphs_budgeted,
     model_runner,
     non_torch_bytes,
+    non_torch_counts_context,
     sampler_bytes_per_logit,
 )
 from diagnoser.vllm.kvcache import (
@@ -434,6 +435,10 @@ def physics_assumptions(res: PlanResult) -> list[str]:
                        f"({a.vision.get('patches_per_item', 0):,} patches each): "
                        f"{encoder_bytes(a, res.max_num_batched_tokens, res.model_dtype_bytes) / GIB:.2f} GiB, "
                        "counted when above the text peak")
+    if non_torch_counts_context(v, engine):
+        out.append("non-torch memory as this release counts it: everything on the GPU that PyTorch has not allocated "
+                   "(the CUDA context, other processes, cached blocks); the planner's figure is only what start-up "
+                   "adds, so vLLM's KV cache can come out smaller by the context's size")
     if inp.tensor_parallel_size > 1 and inp.custom_all_reduce is False:
         out.append("custom all-reduce off (--disable-custom-all-reduce or no peer access): NCCL buffers only")
     if res.quant_format == "gguf":
