@@ -325,6 +325,18 @@ KNOWN_LATE_MISSES = {
     # a cold start (first start of the image): the same card and flags give 5.47 GiB after warm restarts on 0.31.0,
     # and 5.93 vs 8.02 GiB cold vs warm on 0.28.0 -- the torch.compile cold-compile peak the planner does not add
     "qwen3-8b-awq-rtx5070ti-16384-0.8-v0.30.0",
+    # hybrid bf16 with prefix caching on (the default, mamba 'align' mode): from the printed 31.24 GiB the planner
+    # counts 381,513 tokens, not 314,187 (38.35x at 8,192 tokens is 0.815 GiB a request against the planner's 0.67:
+    # 0.145 GiB more, about one more Gated DeltaNet state, 48 layers x 48 heads x 128 x 128 x 4 B = 0.14 GiB; the
+    # RTX 5000 Ada start-ups with --no-enable-prefix-caching count exactly); the memory is 34.18 GiB planned against
+    # 31.24, the vision tower being loaded (no --language-model-only) and left out of the preset
+    "qwen3.8-27b-rtxpro6000-8192-0.9-v0.29.0",
+    # the token count from the printed 2.42 GiB is exact; the memory is 3.14 GiB planned against 2.42, 0.72 GiB more
+    # overhead than planned at 0.97 of a card whose total vLLM did not print (31.55 GiB scaled from nvidia-smi's
+    # 32760 MiB, ~0.15 GiB either way) beside ~185 MiB of desktop processes, eager (no graphs), FlashInfer sampler
+    # off; 0.72 GiB is 30.0% of so small a cache (both lengths print the same 2.42 GiB)
+    "qwen3.8-27b-fp8-rtx5000ada-16384-0.97-v0.28.0",
+    "qwen3.8-27b-fp8-rtx5000ada-7168-0.97-v0.28.0",
 }
 
 
