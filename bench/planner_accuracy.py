@@ -57,7 +57,8 @@ def plan_input(config: dict[str, Any], coefficients: dict[str, float] | None = N
     extra: dict[str, Any] = {}
     if coefficients:
         extra["coefficients"] = dict(coefficients)
-    for key in ("entry", "compute_capability", "enforce_eager", "block_size", "enable_chunked_prefill"):
+    for key in ("entry", "compute_capability", "enforce_eager", "block_size", "enable_chunked_prefill",
+                "language_model_only"):
         if config.get(key) is not None:
             extra[key] = float(config[key]) if key == "compute_capability" else config[key]
     return sizing.PlanInput(

@@ -325,12 +325,6 @@ KNOWN_LATE_MISSES = {
     # a cold start (first start of the image): the same card and flags give 5.47 GiB after warm restarts on 0.31.0,
     # and 5.93 vs 8.02 GiB cold vs warm on 0.28.0 -- the torch.compile cold-compile peak the planner does not add
     "qwen3-8b-awq-rtx5070ti-16384-0.8-v0.30.0",
-    # hybrid bf16 with prefix caching on (the default, mamba 'align' mode): from the printed 31.24 GiB the planner
-    # counts 381,513 tokens, not 314,187 (38.35x at 8,192 tokens is 0.815 GiB a request against the planner's 0.67:
-    # 0.145 GiB more, about one more Gated DeltaNet state, 48 layers x 48 heads x 128 x 128 x 4 B = 0.14 GiB; the
-    # RTX 5000 Ada start-ups with --no-enable-prefix-caching count exactly); the memory is 34.18 GiB planned against
-    # 31.24, the vision tower being loaded (no --language-model-only) and left out of the preset
-    "qwen3.8-27b-rtxpro6000-8192-0.9-v0.29.0",
     # the token count from the printed 2.42 GiB is exact; the memory is 3.14 GiB planned against 2.42, 0.72 GiB more
     # overhead than planned at 0.97 of a card whose total vLLM did not print (31.55 GiB scaled from nvidia-smi's
     # 32760 MiB, ~0.15 GiB either way) beside ~185 MiB of desktop processes, eager (no graphs), FlashInfer sampler
@@ -425,3 +419,46 @@ def test_length_spellings_by_release():
     # the advice names 'auto' where the release has it
     assert "--max-model-len auto" in run_json(["--vllm-version", "0.33.0", *cmd, "65536"])["command_note"]
     assert "auto" not in run_json(["--vllm-version", "0.10.0", *cmd, "65536"])["command_note"]
+
+
+def test_hybrid_prefix_caching_default_by_release():
+    # vllm-project/vllm#50991 (in v0.28.0, not v0.27.x): prefix caching on by default for hybrid models, the state in
+    # Mamba cache mode 'align', two state pages a request (MambaSpec.max_memory_usage_bytes); before, off: one page
+    from diagnoser.vllm import kvcache, releases
+    assert releases.default("hybrid_prefix_caching", (0, 27, 1)) is False
+    assert releases.default("hybrid_prefix_caching", (0, 28, 0)) is True
+    assert kvcache.state_pages_per_request("align") == 2 and kvcache.state_pages_per_request("none") == 1
+    spec = load_model("Qwen/Qwen3.8-27B")
+    base = dict(arch=spec.arch, gpu_bytes=95.01 * GIB, max_model_len=8192, dtype="bfloat16",
+                kv_cache_bytes=31.24 * GIB)
+    new = sizing.plan_memory(sizing.PlanInput(version=(0, 29, 0), **base))
+    old = sizing.plan_memory(sizing.PlanInput(version=(0, 27, 1), **base))
+    off = sizing.plan_memory(sizing.PlanInput(version=(0, 29, 0), enable_prefix_caching=False, **base))
+    assert (new.state_pages, old.state_pages, off.state_pages) == (2, 1, 1)
+    # the RTX PRO 6000 start-up of 0.29.0 printed 314,187 tokens, 38.35x, from 31.24 GiB
+    assert new.kv_cache_tokens == 314187 and round(new.max_concurrency, 2) == 38.35
+    assert off.kv_cache_tokens == 381513
+    # 2 x RTX 3090, TP2, fp8 KV, 131,072 tokens: one more state page a request is 3 groups x 16 layers x a
+    # 1568-token page of 1,024 B a token = 0.072 GiB a rank
+    fp8 = sizing.plan_memory(sizing.PlanInput(arch=load_model("Qwen/Qwen3.8-27B-FP8").arch, gpu_bytes=23.57 * GIB,
+                                              tensor_parallel_size=2, kv_cache_dtype="fp8", quantization="fp8",
+                                              max_model_len=131072, enable_prefix_caching=True, version=(0, 27, 1),
+                                              kv_cache_bytes=4.99 * GIB))
+    assert fp8.block_size == 1568 and round(3 * 16 * 1568 * 1024 / GIB, 3) == 0.072
+    assert round(fp8.max_concurrency, 2) == 2.31
+
+
+def test_qwen3_5_vision_tower_counted_unless_language_model_only():
+    # config.json vision_config (depth 27, hidden 1152, intermediate 4304, patch 16, temporal 2, merge 2, 2304
+    # positions) as vLLM's qwen3_vl.py Qwen3_VisionTransformer builds it; out_hidden_size 5120 (27B), 2048 (35B-A3B)
+    assert load_model("Qwen/Qwen3.8-27B").arch.extra_params == 460_730_096
+    assert load_model("Qwen/Qwen3.6-35B-A3B").arch.extra_params == 446_571_248
+    arch = load_model("Qwen/Qwen3.8-27B-FP8").arch
+    base = dict(arch=arch, gpu_bytes=31.55 * GIB, max_model_len=16384, quantization="fp8", version=(0, 28, 0))
+    full = sizing.plan_memory(sizing.PlanInput(**base))
+    text = sizing.plan_memory(sizing.PlanInput(language_model_only=True, **base))
+    # the tower stays in the model dtype in an FP8 checkpoint: 460,730,096 x 2 B
+    assert full.weights_bytes - text.weights_bytes == pytest.approx(460_730_096 * 2, rel=1e-6)
+    assert sizing.serve_extras({"--language-model-only": True}, {})["language_model_only"] is True
+    assert sizing.serve_extras({"--limit-mm-per-prompt": '{"image": 0, "video": 0}'}, {})["language_model_only"]
+    assert "language_model_only" not in sizing.serve_extras({"--limit-mm-per-prompt": '{"image": 2}'}, {})

@@ -152,14 +152,54 @@ def hybrid_groups(attention_layers: int, state_layers: int) -> tuple[int, int, i
     return size, math.ceil(attention_layers / size), math.ceil(state_layers / size)
 
 
+def mamba_cache_mode(prefix_caching: bool) -> str:
+    """vLLM's Mamba cache mode for a hybrid model's state: 'align' with prefix caching, 'none' without
+    (vllm/model_executor/models/config.py MambaModelConfig.verify_and_update_config; from 0.28.0
+    vllm-project/vllm#50991 makes 'align' the default mode prefix caching selects, and Gated DeltaNet models
+    never support 'all'). Releases before 0.28.0 give an explicit --enable-prefix-caching on a Mamba-1/2 model
+    that declares SupportsMambaPrefixCaching mode 'all' instead, which the planner does not model.
+
+    >>> mamba_cache_mode(True), mamba_cache_mode(False)
+    ('align', 'none')
+    """
+    return "align" if prefix_caching else "none"
+
+
+def state_pages_per_request(mode: str, max_model_len: int = 0, block_size: int = BLOCK_SIZE,
+                            speculative_blocks: int = 0) -> int:
+    """Pages one request of max_model_len holds in a state (Mamba / Gated DeltaNet) layer, as vLLM's
+    MambaSpec.max_memory_usage_bytes counts them for the concurrency and the token count
+    (vllm/v1/kv_cache_interface.py): 'none' 1 + speculative blocks (the running state); 'align' 2 +
+    speculative blocks (the running state and the block-aligned copy prefix caching keeps); 'all'
+    ceil(max_model_len / block) (a state at every block boundary).
+
+    >>> state_pages_per_request("none"), state_pages_per_request("align")
+    (1, 2)
+    >>> state_pages_per_request("all", 8192, 784)
+    11
+    """
+    if mode == "all":
+        return blocks_for(max_model_len, block_size)
+    return (2 if mode == "align" else 1) + speculative_blocks
+
+
 def hybrid_concurrency(kv_cache_bytes: float, page_bytes: float, group_size: int, attention_groups: int,
                        state_groups: int, max_model_len: int, block_size: int, state_pages: int = 1) -> float:
     """Requests of max_model_len that fit (vLLM's 'Maximum concurrency'): whole blocks of group_size pages,
     over the blocks one request takes: ceil(len / block) per attention group, `state_pages` per state group
-    (1; 2 in the 'align' cache mode prefix caching turns on).
+    (state_pages_per_request: 1; 2 in the 'align' cache mode prefix caching turns on).
 
     >>> round(hybrid_concurrency(12.85 * GIB, 528 * 4096, 8, 1, 3, 1024, 528), 2)  # Qwen3.5-4B, 0.22.0
     159.4
+
+    Qwen3.8-27B bf16 on an RTX PRO 6000, vLLM 0.29.0, 8,192 tokens: 16 attention + 48 Gated DeltaNet layers,
+    a 784-token block of 4,096 B a token and layer; prefix caching on by default ('align'): 11 + 3 x 2 = 17
+    blocks of 16 pages a request, the printed 38.35x from 31.24 GiB (14 blocks, one state page, would say 46.6x):
+
+    >>> round(hybrid_concurrency(31.24 * GIB, 784 * 4096, 16, 1, 3, 8192, 784, state_pages=2), 2)
+    38.35
+    >>> round(hybrid_concurrency(31.24 * GIB, 784 * 4096, 16, 1, 3, 8192, 784, state_pages=1), 2)
+    46.57
     """
     if kv_cache_bytes <= 0 or page_bytes <= 0 or group_size <= 0:
         return 0.0

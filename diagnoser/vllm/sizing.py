@@ -10,6 +10,7 @@ changed or at other lengths (the planner's tables).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -91,8 +92,11 @@ class PlanInput:
     flashinfer_sampler: bool | None = None  # VLLM_USE_FLASHINFER_SAMPLER=1/0 (None: the release's default)
     custom_all_reduce: bool | None = None   # False: --disable-custom-all-reduce or no peer access between ranks
     skip_mm_profiling: bool = False         # --skip-mm-profiling (0.10.1+): the encoder is not profiled
+    language_model_only: bool = False       # --language-model-only / --limit-mm-per-prompt 0 for every modality:
+    #                                         the vision tower is neither loaded nor profiled
     max_model_len_auto: bool = False        # --max-model-len auto / -1: vLLM picks the longest length that fits
     enable_prefix_caching: bool | None = None  # hybrids: on puts the state in 'align' mode, two pages a sequence
+    #                                           (None: the release's default, on for hybrids from 0.28.0)
     mamba_ssm_cache_dtype: str | None = None   # --mamba-ssm-cache-dtype (None / 'auto': the model's own)
     entry: str = "serve"                    # 'serve' (`vllm serve`) or 'llm' (the Python LLM class): batch defaults
     compute_capability: float | None = None  # the GPU's (7.5 for a T4): V1 falls back to V0 below 8.0 in 0.8-0.10.1
@@ -139,6 +143,18 @@ class PlanResult:
     engine_reason: str = ""     # why, when it is not the release's default engine
 
 
+def text_only(arch: ArchSpec) -> ArchSpec:
+    """The model as vLLM builds it with --language-model-only (or every modality limited to 0 items): the
+    multimodal model skips its vision tower (no weights loaded, no encoder profiling run), the text model stays.
+
+    >>> a = text_only(ArchSpec("m", layers=1, hidden_size=8, num_attention_heads=1, num_key_value_heads=1,
+    ...                         intermediate_size=8, vocab_size=8, extra_params=10, vision={"hidden_size": 4}))
+    >>> a.extra_params, a.vision
+    (0, None)
+    """
+    return replace(arch, extra_params=0, vision=None)
+
+
 def engine_of(inp: PlanInput) -> releases.EngineChoice:
     """The engine `inp` runs: its release's, VLLM_USE_V1, the compute-capability and float32 fallbacks."""
     return releases.engine_choice(inp.version, use_v1=inp.use_v1, compute_capability=inp.compute_capability,
@@ -147,6 +163,8 @@ def engine_of(inp: PlanInput) -> releases.EngineChoice:
 
 def plan_memory(inp: PlanInput) -> PlanResult:
     """Size one configuration: budget, weights, overhead, KV room, tokens, per-request need, concurrency."""
+    if inp.language_model_only and (inp.arch.vision or inp.arch.extra_params):
+        inp = replace(inp, arch=text_only(inp.arch))
     arch, v = inp.arch, inp.version
     tp, pp = max(1, inp.tensor_parallel_size), max(1, inp.pipeline_parallel_size)
     util = inp.gpu_memory_utilization if inp.gpu_memory_utilization is not None \
@@ -350,7 +368,17 @@ def hybrid_layout(inp: PlanInput, engine: str, model_dtype_bytes: float, kv_byte
     size, att_groups, state_groups = kvcache.hybrid_groups(sum(1 for k in kinds if k in ("full", "sliding")), n_state)
     return HybridLayout(paged=True, block_size=block, page_bytes=block * per_token_layer,
                         group_size=size, attention_groups=att_groups, state_groups=state_groups,
-                        state_layers=n_state, state_bytes=state, state_pages=2 if inp.enable_prefix_caching else 1)
+                        state_layers=n_state, state_bytes=state,
+                        state_pages=kvcache.state_pages_per_request(kvcache.mamba_cache_mode(
+                            hybrid_prefix_caching(inp, engine))))
+
+
+def hybrid_prefix_caching(inp: PlanInput, engine: str) -> bool:
+    """Whether a hybrid model runs with prefix caching: the command's flag, else the release's default for hybrid
+    models (off until 0.27.x, on from 0.28.0: vllm-project/vllm#50991)."""
+    if inp.enable_prefix_caching is not None:
+        return bool(inp.enable_prefix_caching)
+    return bool(releases.default("hybrid_prefix_caching", inp.version, engine=engine))
 
 
 def with_changes(inp: PlanInput, **changes: Any) -> PlanInput:
@@ -392,6 +420,8 @@ def serve_extras(flags: dict[str, Any], env: dict[str, str], auto_len: bool = Fa
         out["custom_all_reduce"] = False
     if flags.get("--skip-mm-profiling"):
         out["skip_mm_profiling"] = True
+    if flags.get("--language-model-only") or _no_mm_items(flags.get("--limit-mm-per-prompt")):
+        out["language_model_only"] = True
     if flags.get("--no-enable-chunked-prefill"):
         out["enable_chunked_prefill"] = False
     elif flags.get("--enable-chunked-prefill") not in (None, False):
@@ -402,6 +432,22 @@ def serve_extras(flags: dict[str, Any], env: dict[str, str], auto_len: bool = Fa
         if fi == "1":
             out["flashinfer"] = True
     return out
+
+
+def _no_mm_items(limit: Any) -> bool:
+    """--limit-mm-per-prompt with 0 items for every modality (vLLM then builds the text model alone).
+
+    >>> _no_mm_items('{"image": 0, "video": 0}'), _no_mm_items('{"image": 4}'), _no_mm_items(None)
+    (True, False, False)
+    """
+    if limit in (None, False, True, ""):
+        return False
+    try:
+        value = json.loads(limit) if isinstance(limit, str) else limit
+    except ValueError:
+        return False
+    return isinstance(value, dict) and bool(value) and all(
+        (v.get("count", 0) if isinstance(v, dict) else v) == 0 for v in value.values())
 
 
 def physics_assumptions(res: PlanResult) -> list[str]:
@@ -458,7 +504,9 @@ def physics_assumptions(res: PlanResult) -> list[str]:
         if res.state_pages:
             out.append(f"{head}; vLLM unifies the pages (attention block {res.block_size} tokens), "
                        f"{res.state_pages} state page(s) per sequence"
-                       + (" (prefix caching: 'align' mode)" if res.state_pages > 1 else "")
+                       + ((" (prefix caching: 'align' mode" + (", on by default for hybrid models from 0.28.0)"
+                                                                  if inp.enable_prefix_caching is None else ")"))
+                          if res.state_pages > 1 else "")
                        + ("; the token count is max_concurrency x max_model_len"
                           if releases.default("hybrid_tokens_by_concurrency", v) else
                           "; the token count is whole blocks per KV-cache group x the block size"))
