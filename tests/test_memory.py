@@ -145,13 +145,66 @@ def test_awq_4bit_moe_weights():
 def test_mxfp4_quantizes_only_experts():
     a = arch("gpt-oss-20b")
     parts = weights.param_breakdown(a)
-    pad = (3072 / 2880) * (2944 / 2880)  # Marlin: hidden 2880 to a multiple of 256, intermediate 2880 to one of 128
-    expected = parts["experts"] * (0.5 + 1 / 32) * pad + (sum(parts.values()) - parts["experts"]) * 2
+    # Marlin (the GPU unknown): w13 and w2 padded to 3072 x 2944, one e8m0 scale per 32 weights, bf16 biases
+    per_expert = 3 * 2944 * 3072 // 2 + 3 * 2944 * 3072 // 32 + (2 * 2944 + 3072) * 2
+    expected = 24 * 32 * per_expert + (sum(parts.values()) - parts["experts"]) * 2
     assert weights.weight_bytes(a, 2, "mxfp4") == pytest.approx(expected, rel=1e-9)
     # vLLM 0.19 measured 13.72 GiB on an A100 (Marlin, below Hopper)
-    assert weights.weight_bytes(a, 2, "mxfp4") / GIB == pytest.approx(13.72, rel=0.01)
-    # TP 2: each rank's intermediate 1440 pads to 1536; vLLM 0.19 measured 7.01 GiB per rank on H100
-    assert weights.weight_bytes(a, 2, "mxfp4", tp=2) / GIB == pytest.approx(7.01, rel=0.02)
+    assert weights.weight_bytes(a, 2, "mxfp4", version=(0, 19, 0), compute_capability=8.0) / GIB == \
+        pytest.approx(13.72, rel=0.01)
+    # TP 2 on an H100 at 0.19: Triton, each rank's intermediate 1440 padded to 1472; vLLM measured 7.01 GiB a rank
+    assert weights.weight_bytes(a, 2, "mxfp4", tp=2, version=(0, 19, 0), compute_capability=9.0) / GIB == \
+        pytest.approx(7.01, rel=0.01)
+
+
+def test_mxfp4_backend_by_release_and_gpu_from_vllm_source():
+    # releases.yaml mxfp4_moe, read from each release's sdist/wheel: Marlin below Hopper and on 12.x (GB10) always;
+    # Hopper: Marlin at 0.10.1-0.11.0 (no triton_kernels shipped), Triton from 0.12.0 (vendored triton_kernels)
+    choice = weights.mxfp4_moe_choice
+    assert [choice(v, 9.0).backend for v in ((0, 10, 1), (0, 11, 0), (0, 12, 0), (0, 19, 0), (0, 29, 0))] == \
+        ["marlin", "marlin", "triton", "triton", "triton"]
+    assert {choice(v, cc).backend for v in ((0, 10, 1), (0, 19, 0), (0, 30, 0)) for cc in (8.0, 8.6, 8.9, 12.0, 12.1)} \
+        == {"marlin"}
+    # Blackwell (10.x): FlashInfer TRT-LLM when FlashInfer is installed (an extra before 0.11.1, a dependency after)
+    assert choice((0, 10, 1), 10.0).backend == "marlin" and "FlashInfer" in choice((0, 10, 1), 10.0).why
+    assert choice((0, 10, 1), 10.0, flashinfer=True).backend == "flashinfer-trtllm"
+    assert choice((0, 12, 0), 10.0).backend == "flashinfer-trtllm"
+    # what the planner cannot see is said, not silently picked
+    assert "triton_kernels" in choice((0, 11, 0), 9.0).why
+    assert "VLLM_MXFP4_USE_MARLIN" in choice((0, 29, 0), 9.0).why
+    assert choice((0, 29, 0), None).gpu_class is None and "not known" in choice((0, 29, 0), None).why
+
+
+@pytest.mark.parametrize(("version", "cc", "tp", "model", "gib", "measured"), [
+    # Marlin, 0.10.1 on an H100: 'Model loading took 65.9651 GiB' (vllm-project/vllm#23278)
+    ((0, 10, 1), 9.0, 1, "gpt-oss-120b", 65.90, 65.97),
+    # Triton 0.12-0.16 (scales swizzled, loaded scales kept): 0.14.1 on an H100 'Using Triton backend ... Model
+    # loading took 64.38 GiB' (vllm-project/vllm#33155)
+    ((0, 14, 0), 9.0, 1, "gpt-oss-120b", 64.30, 64.38),
+    ((0, 14, 0), 9.0, 1, "gpt-oss-20b", 13.40, None),
+    # Triton 0.17-0.19 (weights pre-padded to 64) at TP 2: the llm-d sweep's 7.01 GiB a rank
+    ((0, 19, 0), 9.0, 2, "gpt-oss-20b", 6.96, 7.01),
+    # Triton 0.27+ (loaded scales dropped, scale groups to 4): the arvaken harness's 61.43 GiB
+    ((0, 29, 0), 9.0, 1, "gpt-oss-120b", 61.04, 61.43),
+    # Marlin on GB10 (12.1) at 0.30: 13.8 GiB measured
+    ((0, 30, 0), 12.1, 1, "gpt-oss-20b", 13.67, 13.80),
+])
+def test_mxfp4_weights_per_backend(version, cc, tp, model, gib, measured):
+    a = arch(model)
+    got = weights.weight_bytes(a, 2, "mxfp4", tp=tp, version=version, compute_capability=cc) / GIB
+    assert got == pytest.approx(gib, abs=0.01)
+    if measured:
+        assert got == pytest.approx(measured, rel=0.01)
+
+
+def test_plan_names_the_mxfp4_backend():
+    inp = sizing.PlanInput(arch=arch("gpt-oss-120b"), gpu_bytes=80 * GIB, gpu_name="H100-80GB",
+                           version=(0, 29, 0), max_model_len=8192)
+    res = sizing.plan_memory(inp)
+    line = next(a for a in sizing.physics_assumptions(res) if a.startswith("MXFP4 experts"))
+    assert "triton" in line and "VLLM_MXFP4_USE_MARLIN" in line
+    unknown = sizing.plan_memory(sizing.with_changes(inp, gpu_name="", version=(0, 11, 0)))
+    assert any("not known: assumed Marlin" in a for a in sizing.physics_assumptions(unknown))
 
 
 def test_gguf_bits_per_type():

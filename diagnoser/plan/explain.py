@@ -60,7 +60,10 @@ def _weights_line(res: sizing.PlanResult, inp: sizing.PlanInput, source: str) ->
     a, fmt = inp.arch, res.quant_format
     if fmt:
         per = weights.quantized_weight_bytes(fmt, inp.quant_bits or a.quant_bits)
-        padded = ", MXFP4 experts padded to 256" if fmt == "mxfp4" else ""
+        padded = ""
+        if fmt == "mxfp4":
+            choice = weights.mxfp4_moe_choice(inp.version, sizing.gpu_compute_capability(inp), inp.flashinfer)
+            padded = f", MXFP4 experts in the {choice.backend} MoE backend's layout"
         rest = "norms" if fmt == "gguf" else "embeddings and norms"
         per_weight = (f"{fmt} for the quantized layers ({per:.3f} bytes/weight{padded}), "
                       f"{res.model_dtype_bytes:g} bytes for {rest}")

@@ -33,7 +33,7 @@ from diagnoser.vllm.kvcache import (
     state_bytes_per_layer,
 )
 from diagnoser.vllm.memory import GIB, LEN_STEP, MIB, kv_value_bytes, round_down
-from diagnoser.vllm.modelspec import sm_count_of
+from diagnoser.vllm.modelspec import compute_capability_of, sm_count_of
 from diagnoser.vllm.profiling import (
     activation_bytes,
     encoder_bytes,
@@ -41,7 +41,7 @@ from diagnoser.vllm.profiling import (
     profiled_sequences,
     sampler_extra_bytes,
 )
-from diagnoser.vllm.weights import GGUF_BITS, quant_format, resolve_dtype_bytes, weight_bytes
+from diagnoser.vllm.weights import GGUF_BITS, mxfp4_moe_choice, quant_format, resolve_dtype_bytes, weight_bytes
 
 #: The release whose defaults the planner assumes when none is given.
 LATEST_VERSION = releases.latest()
@@ -251,8 +251,14 @@ def _weights_on_gpu(inp: PlanInput, model_dtype_bytes: float, quant: str | None,
     """Weight bytes one rank holds: as given, else estimated; less what --cpu-offload-gb keeps in CPU memory."""
     tp, pp = max(1, inp.tensor_parallel_size), max(1, inp.pipeline_parallel_size)
     weights = float(inp.weights) if inp.weights is not None \
-        else float(weight_bytes(inp.arch, model_dtype_bytes, quant, bits, tp, pp))
+        else float(weight_bytes(inp.arch, model_dtype_bytes, quant, bits, tp, pp, version=inp.version,
+                                compute_capability=gpu_compute_capability(inp), flashinfer=inp.flashinfer))
     return max(0.0, weights - inp.cpu_offload_bytes)
+
+
+def gpu_compute_capability(inp: PlanInput) -> float | None:
+    """The GPU's compute capability: as given, else its preset's or family's by name (None: not known)."""
+    return inp.compute_capability if inp.compute_capability is not None else compute_capability_of(inp.gpu_name)
 
 
 def _activation_peak(inp: PlanInput, engine: str, seqs: int, batched: int, model_dtype_bytes: float,
@@ -487,6 +493,9 @@ def physics_assumptions(res: PlanResult) -> list[str]:
                    "adds, so vLLM's KV cache can come out smaller by the context's size")
     if inp.tensor_parallel_size > 1 and inp.custom_all_reduce is False:
         out.append("custom all-reduce off (--disable-custom-all-reduce or no peer access): NCCL buffers only")
+    if res.quant_format == "mxfp4" and inp.weights is None:
+        choice = mxfp4_moe_choice(v, gpu_compute_capability(inp), inp.flashinfer)
+        out.append(f"MXFP4 experts: the {choice.backend} MoE backend's layout ({choice.why})")
     if res.quant_format == "gguf":
         out.append(f"GGUF: {inp.quant_bits or a.quant_bits or GGUF_BITS['q4_k_m']:g} bits per weight for every "
                    "matrix, embeddings and output included")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from diagnoser.lazyre import lazy
 from diagnoser.vllm.archspec import ArchSpec
@@ -118,14 +119,16 @@ GGUF_BITS = {
 }
 _GGUF_TYPE = lazy(r"(?:^|[-_.:/])(" + "|".join(sorted(GGUF_BITS, key=len, reverse=True)) + r")(?=$|[-_.:/])",
                   re.IGNORECASE)
-#: MXFP4 MoE kernels pad the expert hidden and per-rank intermediate dimensions: Marlin's moe kernel wants n % 256 ==
-#: 0 and k % 128 == 0, so hidden goes to a multiple of 256 and the per-rank intermediate to a multiple of 128
-#: (vllm/model_executor/layers/quantization/mxfp4.py Mxfp4MoEMethod.create_weights, 0.10.1 and 0.11.0;
-#: fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size, 0.19.0). Marlin is the backend
-#: vLLM picks below Hopper, and on Hopper when neither FlashInfer nor triton_kernels is installed (get_mxfp4_backend
-#: 0.11.0; neither is a dependency of the 0.10.1-0.11.0 wheels).
+#: The Marlin MXFP4 MoE kernel wants n % 256 == 0 and k % 128 == 0, so vLLM pads the expert hidden size to a multiple
+#: of 256 and each rank's intermediate size to one of 128 (vllm/model_executor/layers/quantization/mxfp4.py
+#: Mxfp4MoEMethod.create_weights, 0.10.1 and 0.11.0; fused_moe/oracle/mxfp4.py
+#: mxfp4_round_up_hidden_size_and_intermediate_size, 0.19.0). Which backend a release picks on which GPU, and the
+#: layout each keeps, is data: releases.yaml `mxfp4_moe` (mxfp4_moe_choice, mxfp4_expert_bytes).
 MXFP4_PAD_HIDDEN = 256
 MXFP4_PAD_INTERMEDIATE = 128
+#: The Marlin layout, what the planner assumes when the GPU is not known.
+MARLIN_LAYOUT = {"backend": "marlin", "pad_hidden": MXFP4_PAD_HIDDEN, "pad_intermediate": MXFP4_PAD_INTERMEDIATE,
+                 "bias_bytes": 2}
 
 
 def quantized_weight_bytes(fmt: str, bits: float | None = None) -> float:
@@ -154,17 +157,25 @@ def quant_format(quantization: str | None, bits: float | None = None) -> str | N
 
 
 def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | None = None,
-                 bits: float | None = None, tp: int = 1, pp: int = 1) -> int:
+                 bits: float | None = None, tp: int = 1, pp: int = 1, *, version: tuple[int, int, int] | None = None,
+                 compute_capability: float | None = None, flashinfer: bool | None = None) -> int:
     """Weight memory on one GPU: parameters x bytes for the dtype or quantization, split by TP and PP.
 
     Quantized formats store the linear layers (or only the experts, for MXFP4) packed; embeddings, the
-    untied lm_head, routers and norms stay in the model dtype.
+    untied lm_head, routers and norms stay in the model dtype. MXFP4 experts take the layout of the MoE backend the
+    release picks on the GPU (mxfp4_moe_choice; Marlin when the GPU is not known), per rank.
     """
     parts = param_breakdown(arch)
     fmt = quant_format(quantization, bits)
-    total = 0.0
+    total, rank_experts = 0.0, 0.0
     for part, n in parts.items():
         b = dtype_bytes_
+        if fmt == "mxfp4" and part == "experts" and n:
+            layout = mxfp4_moe_choice(version, compute_capability, flashinfer).layout
+            h, i = arch.hidden_size, arch.moe_intermediate_size or arch.intermediate_size
+            n_moe_layers = n // (arch.num_experts * 3 * h * i)
+            rank_experts = n_moe_layers * arch.num_experts * mxfp4_expert_bytes(h, i // max(1, tp), layout)
+            continue
         if fmt == "gguf":
             # GGUF files quantize every matrix, embeddings and output included; norms and routers stay f32/f16
             if part in ("embeddings", "lm_head", "attention", "mlp", "experts"):
@@ -173,10 +184,120 @@ def weight_bytes(arch: ArchSpec, dtype_bytes_: float = 2, quantization: str | No
             per, scope = QUANT_FORMATS[fmt]
             if part == "experts" or (scope == "linear" and part in ("attention", "mlp", "other")):
                 b = per if part != "other" else dtype_bytes_
-            if fmt == "mxfp4" and part == "experts":
-                b *= mxfp4_pad_factor(arch, tp)
         total += n * b
-    return int(total / max(1, tp) / max(1, pp))
+    return int(total / max(1, tp) / max(1, pp) + rank_experts / max(1, pp))
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // max(1, multiple)) * max(1, multiple)
+
+
+def mxfp4_expert_bytes(hidden: int, intermediate: int, layout: dict) -> int:
+    """Bytes one MXFP4 expert of one layer keeps on a rank after vLLM's process_weights_after_loading, for a
+    backend layout of releases.yaml `mxfp4_moe` (`intermediate` is the rank's share).
+
+    The checkpoint stores w13 (gate and up, 2I x H) and w2 (H x I) as e2m1 nibbles, 2 per byte, one e8m0 byte of
+    scale per 32 weights, and a bias per output row (vllm quantization/mxfp4.py Mxfp4MoEMethod.create_weights, which
+    first rounds H and I up to the backend's multiples: pad_hidden, pad_intermediate). Marlin and FlashInfer keep
+    those sizes (marlin_utils_fp4.prepare_moe_fp4_layer_for_marlin repacks in place of the loaded tensors). The
+    Triton backend on Hopper swizzles with triton_kernels (quantization/utils/mxfp4_utils.py _swizzle_mxfp4):
+    HopperMXValueLayout.swizzle_data pads the packed weight (out rows x in/2 bytes) to value_align on both
+    dimensions, then rows to 16 and bytes to 32; HopperMXScaleLayout(num_warps=8) pads the scales' rows to 256
+    and their 32-wide groups to 2 (scale_groups_align 4: vLLM's pad of the groups to 4 first); releases that keep
+    the loaded scales beside the swizzled ones (keeps_loaded_scales) hold both.
+
+    gpt-oss (hidden 2880, intermediate 2880): Marlin pads to 3072 x 2944; Triton at 0.12-0.16 keeps the weights
+    unpadded and the scales twice; at 0.27+ the scales once; at TP 2 (1440 a rank) Triton pads I to 1472:
+
+    >>> marlin = {"pad_hidden": 256, "pad_intermediate": 128, "bias_bytes": 2}
+    >>> triton = {"backend": "triton", "pad_intermediate": 64, "bias_bytes": 4, "value_align": 1,
+    ...           "scale_rows_align": 256, "scale_groups_align": 2, "keeps_loaded_scales": True}
+    >>> mxfp4_expert_bytes(2880, 2880, marlin)  # 3 x 2944 x 3072 / 2 + / 32 + (2 x 2944 + 3072) x 2
+    14431744
+    >>> mxfp4_expert_bytes(2880, 2880, triton)  # 12,441,600 + swizzled 806,400 + loaded 777,600 + 34,560
+    14060160
+    >>> mxfp4_expert_bytes(2880, 2880, {**triton, "keeps_loaded_scales": False, "scale_groups_align": 4})
+    13300480
+    >>> mxfp4_expert_bytes(2880, 1440, {**triton, "value_align": 64})  # 0.17-0.19 at TP 2
+    7383936
+    """
+    h = _round_up(hidden, int(layout.get("pad_hidden") or 1))
+    i = _round_up(intermediate, int(layout.get("pad_intermediate") or 1))
+    bias = (2 * i + h) * int(layout.get("bias_bytes", 2))
+    if layout.get("backend") != "triton" or not layout.get("scale_rows_align"):
+        return (2 * i * h + h * i) // 2 + (2 * i * h + h * i) // 32 + bias
+    a = int(layout.get("value_align") or 1)
+    rows_a, groups_a = int(layout["scale_rows_align"]), int(layout.get("scale_groups_align") or 1)
+    total = bias
+    for rows, cols in ((2 * i, h), (h, i)):  # w13, w2: output rows x input columns
+        total += _round_up(_round_up(rows, a), 16) * _round_up(_round_up(cols // 2, a), 32)
+        total += _round_up(rows, rows_a) * _round_up(_round_up(cols // 32, groups_a), 2)
+        if layout.get("keeps_loaded_scales"):
+            total += rows * (cols // 32)
+    return total
+
+
+@dataclass(frozen=True)
+class Mxfp4Choice:
+    """The MXFP4 MoE backend a start-up is planned with, its layout, and why (for the assumptions list)."""
+
+    backend: str
+    layout: dict
+    gpu_class: str | None
+    why: str
+
+
+def mxfp4_gpu_class(compute_capability: float | None) -> str | None:
+    """The GPU class releases.yaml `mxfp4_moe` names, by compute capability (None: unknown).
+
+    >>> [mxfp4_gpu_class(c) for c in (8.0, 8.9, 9.0, 10.0, 12.1, None)]
+    ['sm80', 'sm80', 'sm90', 'sm100', 'sm120', None]
+    """
+    if compute_capability is None:
+        return None
+    if compute_capability < 9:
+        return "sm80"
+    if compute_capability < 10:
+        return "sm90"
+    return "sm100" if compute_capability < 11 else "sm120"
+
+
+def mxfp4_moe_choice(version: tuple[int, int, int] | None, compute_capability: float | None,
+                     flashinfer: bool | None = None) -> Mxfp4Choice:
+    """The MXFP4 MoE backend vLLM picks by default for a release and GPU (releases.yaml `mxfp4_moe`: the newest
+    entry naming the GPU's class whose `since` is not after the release); Marlin when the GPU is not known, or when
+    the entry needs FlashInfer and it is not installed (`flashinfer`: None, as the release's wheel ships it).
+
+    >>> [mxfp4_moe_choice(v, 9.0).backend for v in ((0, 11, 0), (0, 12, 0), (0, 29, 0))]
+    ['marlin', 'triton', 'triton']
+    >>> mxfp4_moe_choice((0, 19, 0), 8.0).backend, mxfp4_moe_choice((0, 30, 0), 12.1).backend
+    ('marlin', 'marlin')
+    >>> mxfp4_moe_choice((0, 29, 0), None).backend
+    'marlin'
+    """
+    from diagnoser import datafiles
+    from diagnoser.vllm import releases
+
+    v = version or releases.latest()
+    gpu = mxfp4_gpu_class(compute_capability)
+    if gpu is None:
+        return Mxfp4Choice("marlin", MARLIN_LAYOUT, None,
+                           "the GPU's compute capability is not known: assumed Marlin (what every GPU from 8.0 "
+                           "can run; Hopper from vLLM 0.12 picks Triton and Blackwell FlashInfer, smaller)")
+    entries = [e for e in datafiles.load("releases.yaml").get("mxfp4_moe", ())
+               if gpu in e["gpus"] and releases.parse_version(str(e["since"])) <= v]
+    if not entries:
+        return Mxfp4Choice("marlin", MARLIN_LAYOUT, gpu, f"no {gpu} entry for this release: assumed Marlin")
+    entry = max(entries, key=lambda e: releases.parse_version(str(e["since"])))
+    since = f"vLLM {entry['since']}+ on {gpu}"
+    if entry.get("needs") == "flashinfer":
+        installed = flashinfer if flashinfer is not None else releases.default("flashinfer_installed", v)
+        if not installed:
+            return Mxfp4Choice("marlin", MARLIN_LAYOUT, gpu,
+                               f"{since} picks {entry['backend']} when FlashInfer is installed (not in this release's "
+                               "wheel; the vllm/vllm-openai image has it): assumed without, Marlin")
+    why = since + (f"; unless {entry['unless']}" if entry.get("unless") else "")
+    return Mxfp4Choice(entry["backend"], entry, gpu, why)
 
 
 def mxfp4_pad_factor(arch: ArchSpec, tp: int = 1) -> float:
