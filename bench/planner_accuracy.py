@@ -144,6 +144,10 @@ def _sampler(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
     forward = profiling.activation_bytes(inp.arch, res.max_num_batched_tokens, res.max_num_seqs,
                                    inp.tensor_parallel_size, res.model_dtype_bytes, sampler=False)
     peak = float(m["activation_peak_gib"]) * mem.GIB
+    if res.graphs_in_budget:
+        # the printed peak is vLLM's peak_activation_memory: the transient peak plus the graph estimate
+        # (v1/worker/gpu_worker.py 0.29.0-0.31.0 determine_available_memory)
+        peak -= res.cuda_graph_bytes
     rows = res.max_num_seqs * inp.arch.vocab_size
     return peak / rows if peak > forward * 1.05 and rows else None
 
@@ -159,21 +163,71 @@ def _graph_base(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
                                                                          res.inp.pipeline_parallel_size)
 
 
-def _graph_base_from_kv(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
-    """What the KV vLLM measured leaves for the graph estimate (and a cold compile's workspace) under the planned
-    weights, activations and non-torch memory."""
+#: The first release whose Model Runner V2 extrapolates its FULL graphs (settings.cuda_graph_full_graph_bytes).
+FULL_GRAPH_EXTRAPOLATION = (0, 29, 0)
+
+
+def _full_graph_units(res: sizing.PlanResult) -> float:
+    """FULL graphs beyond the first x layers of the rank x hidden size: what the release's per-FULL-graph
+    coefficient multiplies (coefficients.cuda_graph_bytes); 0 where the release extrapolates no FULL graphs."""
+    inp = res.inp
+    engine = releases.engine_for(inp.version, inp.engine)
+    full = coefficients.full_graph_count(inp.version, engine, res.max_num_seqs, res.max_num_batched_tokens)
+    return max(full - 1, 0) * mem.layers_per_stage(inp.arch.layers, inp.pipeline_parallel_size) * inp.arch.hidden_size
+
+
+def _graph_per_graph_gib(res: sizing.PlanResult) -> float:
+    """The planned per-FULL-graph part of the graph estimate under the release's own coefficient, GiB."""
+    inp = res.inp
+    per = float(releases.default("cuda_graph_full_graph_bytes", inp.version, engine="V1", runner=res.model_runner))
+    return per * _full_graph_units(res) / mem.GIB
+
+
+def _graph_rest_from_kv(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
+    """What the KV vLLM measured leaves for the whole graph estimate (and a cold compile's workspace) under the
+    planned weights, activations and non-torch memory, GiB."""
     m, inp = pair["measured"], res.inp
     if "kv_cache_gib" not in m or inp.enforce_eager or not res.graphs_in_budget:
         return None
-    per_layer = float(releases.default("cuda_graph_per_layer_gib", inp.version, engine="V1", runner=res.model_runner))
     rest = res.budget_bytes - res.weights_bytes - res.activation_bytes - res.non_torch_bytes
-    return (rest / mem.GIB - float(m["kv_cache_gib"])) - per_layer * mem.layers_per_stage(
+    return rest / mem.GIB - float(m["kv_cache_gib"])
+
+
+def _graph_base_from_kv(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
+    """What the KV vLLM measured leaves for the graph estimate's fixed part (and a cold compile's workspace):
+    _graph_rest_from_kv less the release's per-layer and per-FULL-graph parts."""
+    rest = _graph_rest_from_kv(pair, res)
+    if rest is None:
+        return None
+    inp = res.inp
+    per_layer = float(releases.default("cuda_graph_per_layer_gib", inp.version, engine="V1", runner=res.model_runner))
+    return rest - per_layer * mem.layers_per_stage(inp.arch.layers, inp.pipeline_parallel_size) \
+        - _graph_per_graph_gib(res)
+
+
+def _graph_full_from_kv(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
+    """Bytes per FULL graph beyond the first, layer and hidden unit that the measured KV implies over the
+    release's fixed and per-layer parts (settings.cuda_graph_full_graph_bytes); only where the release
+    extrapolates FULL graphs."""
+    rest = _graph_rest_from_kv(pair, res)
+    inp = res.inp
+    applied = releases.default_entry("cuda_graph_full_graph_bytes", inp.version, engine="V1", runner=res.model_runner)
+    if rest is None or applied.since < FULL_GRAPH_EXTRAPOLATION:
+        return None
+    units = _full_graph_units(res)
+    if not units:
+        return None
+    where = {"engine": "V1", "runner": res.model_runner}
+    fixed = float(releases.default("cuda_graph_base_gib", inp.version, **where)) + float(
+        releases.default("cuda_graph_per_layer_gib", inp.version, **where)) * mem.layers_per_stage(
         inp.arch.layers, inp.pipeline_parallel_size)
+    return max(rest - fixed, 0.0) * mem.GIB / units
 
 
 #: Which measured figure implies each kind of fitted setting.
 IMPLIED = {"non_torch_single_gib": _non_torch_single, "non_torch_multi_gpu_gib": _non_torch_multi,
-           "sampler_bytes_per_logit": _sampler, "cuda_graph_base_gib": _graph_base}
+           "sampler_bytes_per_logit": _sampler, "cuda_graph_base_gib": _graph_base,
+           "cuda_graph_full_graph_bytes": _graph_full_from_kv}
 #: Text in a releases.yaml `source` that marks a coefficient fitted on this truth set.
 FITTED_MARKS = ("startup_measurements", "llm-d-planner", "start-ups")
 
@@ -202,6 +256,10 @@ def refits(data: dict[str, Any], leave_out: str | None) -> dict[tuple[str, Versi
         values = [v for p, r in plans if fit.covers(p, r) and (v := fit.implied(p, r)) is not None]
         if not values:
             values = [v for p, r in plans if (v := IMPLIED[fit.setting](p, r)) is not None]
+        if not values:
+            # nothing else informs it: the value of the entry it follows (the release before modelled nothing)
+            earlier = [e for e in releases.load().settings[fit.setting] if e.since < fit.since]
+            values = [float(max(earlier, key=lambda e: e.since).value)] if earlier else []
         if values:
             out[(fit.setting, fit.since, fit.runner)] = statistics.median(values)
     return out

@@ -379,6 +379,34 @@ def test_cuda_graph_estimate_by_release():
     assert res.graphs_in_budget and res.overhead_bytes >= res.cuda_graph_bytes
 
 
+def test_mrv2_extrapolates_full_graphs_from_0_29():
+    # vllm/v1/worker/gpu/model_runner.py 0.25.0-0.28.0 profile_cudagraph_memory returns 0; from 0.29.0
+    # cudagraph_utils.profile_cudagraph_memory counts FULL graphs as first + (n - 1) x second
+    assert profiling.full_graph_count(releases.capture_sizes(
+        {"seqs_times": 2, "max_size": 512, "step8_upto": 248, "step16_from": 256, "cut_at_batched_tokens": True},
+        1024, 8192), 1024, "FULL_AND_PIECEWISE") == 51
+    assert coefficients.full_graph_count((0, 29, 0), "V1", 256, 2048) == 35      # 1, 2, 4, 8..248, 256
+    assert coefficients.full_graph_count((0, 29, 0), "V1", 1024, 1024) == 51     # 512-token cap kept
+    assert releases.default("cuda_graph_full_graph_bytes", (0, 28, 0), engine="V1", runner="MRV2") == 0
+    assert releases.default("cuda_graph_full_graph_bytes", (0, 29, 0), engine="V1", runner="MRV2") == 142
+    assert releases.default("cuda_graph_full_graph_bytes", (0, 29, 0), engine="V1", runner="MRV1") == 0
+    a = arch("llama-3.1-8b")
+    kw = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
+    before = coefficients.cuda_graph_bytes(a, 1, False, (0, 28, 0), "V1", "MRV2", **kw)
+    after = coefficients.cuda_graph_bytes(a, 1, False, (0, 29, 0), "V1", "MRV2", **kw)
+    assert before / GIB == pytest.approx(0.5 + 0.006 * 32)
+    assert (after - before) == pytest.approx(142 * 34 * 32 * 4096)               # 0.59 GiB over 34 more graphs
+    assert coefficients.cuda_graph_bytes(a, 1, True, (0, 29, 0), "V1", "MRV2", **kw) == 0
+    # --kv-cache-memory-bytes skips the estimate (gpu_worker.py determine_available_memory returns after profile_run)
+    inp = sizing.PlanInput(arch=a, gpu_bytes=79.25 * GIB, gpu_name="A100-80GB", version=(0, 31, 0),
+                           max_model_len=8192)
+    res = sizing.plan_memory(inp)
+    fixed = sizing.plan_memory(sizing.with_changes(inp, kv_cache_bytes=40 * GIB, kv_cache_fixed=True))
+    assert res.max_num_seqs == 256 and res.graph_extrapolation_bytes == pytest.approx(142 * 34 * 32 * 4096, rel=1e-6)
+    assert fixed.graph_extrapolation_bytes == 0
+    assert res.cuda_graph_bytes - fixed.cuda_graph_bytes == pytest.approx(res.graph_extrapolation_bytes, rel=1e-6)
+
+
 def test_hybrid_linear_attention_state_and_page_unification():
     a = arch("qwen3-next-80b")
     assert a.kinds().count("full") == 12 and a.kinds()[:4] == ["linear", "linear", "linear", "full"]

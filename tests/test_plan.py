@@ -318,10 +318,6 @@ def test_integer_suffixes_and_auto_length_from_the_command():
 # (the sixth batch's report): both have a few GiB of KV memory, so a GiB-sized overhead the planner does not model
 # is a large fraction of it.
 KNOWN_LATE_MISSES = {
-    # 0.95 x 79.19 - 61.03 - 7.91 = 6.3 GiB of overhead against the planner's 2.5: CUDA graphs of max_num_seqs 1024
-    # on 64 layers (the FP8 twin prints '0.95 (0.9148 without CUDA-graph memory profiling)', ~2.8 GiB) and a larger
-    # profiling peak
-    "qwen3-32b-h100-32768-0.95-v0.29.0-fails",
     # a cold start (first start of the image): the same card and flags give 5.47 GiB after warm restarts on 0.31.0,
     # and 5.93 vs 8.02 GiB cold vs warm on 0.28.0 -- the torch.compile cold-compile peak the planner does not add
     "qwen3-8b-awq-rtx5070ti-16384-0.8-v0.30.0",
@@ -331,11 +327,6 @@ KNOWN_LATE_MISSES = {
     # off; 0.72 GiB is 30.0% of so small a cache (both lengths print the same 2.42 GiB)
     "qwen3.8-27b-fp8-rtx5000ada-16384-0.97-v0.28.0",
     "qwen3.8-27b-fp8-rtx5000ada-7168-0.97-v0.28.0",
-    # the same 0.29 harness and flags as the Qwen3-32B entry (max_num_seqs 1024, 0.95): the planner's weights are
-    # within 0.6% (61.04 vs 61.43 GiB: vLLM 0.29's Triton MXFP4 layout on Hopper, releases.yaml mxfp4_moe), so its
-    # KV cache is over by the same unmodelled overhead as the Qwen3-32B start-up (+3.4 vs +3.8 GiB); Marlin's padding
-    # (65.82 GiB) used to hide it
-    "gpt-oss-120b-h100-32768-0.95-mnbt1024-v0.29.0",
 }
 
 

@@ -113,11 +113,31 @@ def non_torch_rule(tp: int, version: Version) -> str:
     return f"{single:g} GiB per rank + {multi:g} GiB of all-reduce buffers with TP > 1 in this release"
 
 
+def full_graph_count(version: Version, engine: str | None, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """FULL decode graphs the release captures (profiling.full_graph_count) from its capture list
+    (settings.cudagraph_capture_sizes, which max_num_seqs and max_num_batched_tokens cut) and CUDA-graph mode.
+
+    >>> full_graph_count((0, 29, 0), "V1", 1024, 8192), full_graph_count((0, 29, 0), "V1", 256, 2048)
+    (51, 35)
+    """
+    sizes = releases.default("cudagraph_capture_sizes", version, engine=engine, max_num_seqs=max_num_seqs,
+                             max_num_batched_tokens=max_num_batched_tokens)
+    mode = str(releases.default("cudagraph_mode", version, engine=engine))
+    return profiling.full_graph_count(list(sizes), max_num_seqs, mode)
+
+
 def cuda_graph_bytes(arch: ArchSpec, pp: int, enforce_eager: bool, version: Version, engine: str | None,
-                     runner: str | None = None, given: Mapping[str, float] | None = None) -> int:
+                     runner: str | None = None, given: Mapping[str, float] | None = None, max_num_seqs: int = 0,
+                     max_num_batched_tokens: int = 0) -> int:
     """profiling.cuda_graph_bytes with the release's fixed and per-layer parts (FULL and PIECEWISE capture passes
-    from 0.11 hold about three times the per-layer buffers; Model Runner V2 adds almost nothing to its peak)."""
+    from 0.11 hold about three times the per-layer buffers; Model Runner V2 adds almost nothing to its peak) and,
+    where the release's model runner extrapolates its FULL graphs (settings.cuda_graph_full_graph_bytes: Model
+    Runner V2 from 0.29.0), the part per FULL graph beyond the first (given max_num_seqs)."""
     where = {"engine": engine, "runner": runner}
     base = coefficient("cuda_graph_base_gib", version, given, **where) * GIB
     per_layer = coefficient("cuda_graph_per_layer_gib", version, given, **where) * GIB
-    return profiling.cuda_graph_bytes(arch, pp, enforce_eager, base=base, per_layer=per_layer)
+    per_graph = coefficient("cuda_graph_full_graph_bytes", version, given, **where)
+    full = full_graph_count(version, engine, max_num_seqs, max_num_batched_tokens) \
+        if per_graph and max_num_seqs and not enforce_eager else 0
+    return profiling.cuda_graph_bytes(arch, pp, enforce_eager, base=base, per_layer=per_layer, full_graphs=full,
+                                      per_full_graph_layer_hidden=per_graph)

@@ -136,15 +136,47 @@ def encoder_bytes(arch: ArchSpec, max_num_batched_tokens: int, act_bytes: float 
     return int(patches * per_patch)
 
 
+def full_graph_count(capture_sizes: list[int], max_num_seqs: int, mode: str, decode_query_len: int = 1) -> int:
+    """FULL decode graphs Model Runner V2 captures: with FULL_AND_PIECEWISE one per capture size up to
+    max_num_seqs x decode_query_len tokens (vllm/v1/worker/gpu/cudagraph_utils.py 0.29.0-0.31.0
+    CudaGraphManager._init_candidates: a decode descriptor is skipped when rounded_num_tokens > max_decode_tokens),
+    with FULL one per size, with PIECEWISE none.
+
+    >>> sizes = [1, 2, 4, *range(8, 249, 8), *range(256, 513, 16)]
+    >>> full_graph_count(sizes, 1024, "FULL_AND_PIECEWISE"), full_graph_count(sizes, 256, "FULL_AND_PIECEWISE")
+    (51, 35)
+    >>> full_graph_count(sizes, 256, "PIECEWISE"), full_graph_count([1, 2, 4, 8], 4, "FULL")
+    (0, 4)
+    """
+    if mode == "FULL":
+        return len(capture_sizes)
+    if mode != "FULL_AND_PIECEWISE":
+        return 0
+    return len([s for s in capture_sizes if s <= max_num_seqs * decode_query_len])
+
+
 def cuda_graph_bytes(arch: ArchSpec, pp: int = 1, enforce_eager: bool = False, base: float = CUDA_GRAPH_BASE,
-                     per_layer: float = CUDA_GRAPH_PER_LAYER) -> int:
-    """CUDA-graph pool estimate: a fixed part plus a part per layer of the rank; none with --enforce-eager.
+                     per_layer: float = CUDA_GRAPH_PER_LAYER, full_graphs: int = 0,
+                     per_full_graph_layer_hidden: float = 0.0) -> int:
+    """CUDA-graph pool estimate: a fixed part, a part per layer of the rank, and from Model Runner V2's own
+    estimate (vLLM 0.29) a part per FULL graph beyond the first; none with --enforce-eager.
+
+    Model Runner V2 0.29.0-0.31.0 (vllm/v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory, called by
+    v1/worker/gpu_worker.py determine_available_memory before the KV cache exists) captures every PIECEWISE
+    graph in full but only the two largest FULL graphs, and counts the FULL ones as first + (n - 1) x second
+    (_extrapolate_full_graph_memory, the second at least 1 MiB); that second capture's bytes are modelled as
+    `per_full_graph_layer_hidden` per layer of the rank and unit of hidden size, times `full_graphs` - 1.
 
     >>> a = ArchSpec("t", layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
     ...              intermediate_size=14336, vocab_size=128256)
     >>> round(cuda_graph_bytes(a, base=0.25 * GIB, per_layer=0.018 * GIB) / GIB, 3), cuda_graph_bytes(a, 1, True)
     (0.826, 0)
+    >>> round(cuda_graph_bytes(a, base=0.5 * GIB, per_layer=0.006 * GIB, full_graphs=35,
+    ...                        per_full_graph_layer_hidden=128) / GIB, 3)
+    1.223
     """
     if enforce_eager:
         return 0
-    return int(base + per_layer * layers_per_stage(arch.layers, pp))
+    layers = layers_per_stage(arch.layers, pp)
+    extrapolated = per_full_graph_layer_hidden * max(full_graphs - 1, 0) * layers * arch.hidden_size
+    return int(base + per_layer * layers + extrapolated)

@@ -141,6 +141,8 @@ class PlanResult:
     sampler_bytes_per_logit: float = float(m.SAMPLER_BYTES_PER_LOGIT)  # the coefficient used
     engine: str = "V1"          # the engine this start-up runs (engine_of)
     engine_reason: str = ""     # why, when it is not the release's default engine
+    graph_extrapolation_bytes: float = 0.0  # the part of cuda_graph_bytes vLLM's estimate extrapolates over FULL
+    #                                         graphs (settings.cuda_graph_full_graph_bytes): not with a fixed KV size
 
 
 def text_only(arch: ArchSpec) -> ArchSpec:
@@ -184,7 +186,13 @@ def plan_memory(inp: PlanInput) -> PlanResult:
     hybrid = hybrid_layout(inp, engine, mdb, kvb)
     act = _activation_peak(inp, engine, seqs, batched, mdb, per_logit, hybrid, runner)
     ntm = float(non_torch_bytes(tp, pp, inp.gpu_name, v, inp.custom_all_reduce, inp.coefficients))
-    graphs = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine, runner, inp.coefficients))
+    # the part vLLM extrapolates over its FULL graphs (Model Runner V2 from 0.29) is only an estimate taken before
+    # sizing the KV cache from the utilization share; --kv-cache-memory-bytes skips it (v1/worker/gpu_worker.py
+    # determine_available_memory returns after profile_run), and the graphs captured later hold the rest
+    unextrapolated = float(cuda_graph_bytes(arch, pp, inp.enforce_eager, v, engine, runner, inp.coefficients))
+    graphs = unextrapolated if inp.kv_cache_fixed else float(cuda_graph_bytes(
+        arch, pp, inp.enforce_eager, v, engine, runner, inp.coefficients, max_num_seqs=seqs,
+        max_num_batched_tokens=batched))
     in_budget = graphs_budgeted(v)
     sources["overhead"] = "given" if inp.overhead is not None else "estimated"
     overhead = float(inp.overhead) if inp.overhead is not None else act + ntm + (graphs if in_budget else 0.0)
@@ -208,7 +216,8 @@ def plan_memory(inp: PlanInput) -> PlanResult:
         inp=inp, max_model_len=max_len, gpu_memory_utilization=util, model_dtype_bytes=mdb,
         kv_value_bytes=kvb, kv_bytes_per_token=per_token, budget_bytes=budget, weights_bytes=weights,
         overhead_bytes=overhead, activation_bytes=act, non_torch_bytes=ntm, cuda_graph_bytes=graphs,
-        graphs_in_budget=in_budget, kv_cache_bytes=kv_room, kv_cache_tokens=tokens, request_kv_bytes=need,
+        graph_extrapolation_bytes=graphs - unextrapolated, graphs_in_budget=in_budget, kv_cache_bytes=kv_room,
+        kv_cache_tokens=tokens, request_kv_bytes=need,
         max_concurrency=conc, fits=fits, max_model_len_that_fits=round_down(fit_len) if fit_len >= LEN_STEP
         else fit_len, max_num_seqs=seqs, max_num_batched_tokens=batched,
         quant_format=quant_format(quant, bits), block_size=hybrid.block_size, state_pages=hybrid.state_pages,
@@ -400,9 +409,11 @@ def device_need_bytes(res: PlanResult) -> float:
 
 def whole_gpu_kv_bytes(res: PlanResult, spare: float = 0.02) -> float:
     """KV memory --kv-cache-memory-bytes can give: the GPU less 2%, the weights, the profiled peaks and the CUDA
-    graphs (budgeted or not: with a fixed KV size they all come out of the same device)."""
+    graphs (budgeted or not: with a fixed KV size they all come out of the same device), less the estimate's
+    extrapolation over FULL graphs, which a fixed KV size skips."""
     graphs = 0.0 if res.graphs_in_budget else res.cuda_graph_bytes
-    return res.inp.gpu_bytes * (1 - spare) - res.weights_bytes - res.overhead_bytes - graphs
+    extrapolated = res.graph_extrapolation_bytes if res.graphs_in_budget else 0.0
+    return res.inp.gpu_bytes * (1 - spare) - res.weights_bytes - res.overhead_bytes - graphs + extrapolated
 
 
 # --- flags and environment that move the physics, and the rules applied, in words --------------------------
