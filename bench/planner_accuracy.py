@@ -139,7 +139,8 @@ def _non_torch_multi(pair: dict[str, Any], res: sizing.PlanResult) -> float | No
 
 def _sampler(pair: dict[str, Any], res: sizing.PlanResult) -> float | None:
     m, inp = pair["measured"], res.inp
-    if "activation_peak_gib" not in m:
+    if "activation_peak_gib" not in m or \
+            releases.default("v1_profile_logits", inp.version, engine=res.engine) != "sampler":
         return None
     forward = profiling.activation_bytes(inp.arch, res.max_num_batched_tokens, res.max_num_seqs,
                                    inp.tensor_parallel_size, res.model_dtype_bytes, sampler=False)

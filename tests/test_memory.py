@@ -676,3 +676,40 @@ def test_bitsandbytes_nf4_double_quantised_absmax():
     linear = parts["attention"] + parts["mlp"]
     rest = sum(parts.values()) - linear
     assert weights.weight_bytes(a, 2, "bitsandbytes") == int(linear * weights.BNB_NF4_BYTES + rest * 2)
+
+
+def test_early_v1_profile_run_computes_logits_but_samples_nothing():
+    # vLLM V1's gpu_model_runner.py profile_run: 0.6.4 runs the forward pass alone; 0.6.5-0.7.2 add compute_logits
+    # over every token of the dummy batch (16-bit, the hidden states alive beside them, '# TODO(woosuk): Consider the
+    # memory usage of the sampler.'); 0.7.3 over the last token of each of max_num_seqs requests; 0.8.0 adds
+    # _dummy_sampler_run (top-k/top-p over max_num_seqs rows)
+    assert [releases.default("v1_profile_logits", v, engine="V1")
+            for v in ((0, 6, 4), (0, 6, 5), (0, 7, 1), (0, 7, 2), (0, 7, 3), (0, 8, 0), (0, 9, 2))] == \
+        ["none", "batched_tokens", "batched_tokens", "batched_tokens", "max_num_seqs", "sampler", "sampler"]
+    assert releases.default("v1_profile_logits", (0, 7, 1), engine="V0") == "sampler"
+    a = arch("llama-3.1-8b")
+    forward = profiling.activation_bytes(a, 2048, 1024, sampler=False)
+    # 0.7.1 `vllm serve` on an A10 (not H100/H200): 2,048 tokens, 1,024 seqs; 2,048 x (4,096 + 128,256) x 2 bytes
+    res = sizing.plan_memory(_inp("llama-3.1-8b", version=(0, 7, 1), engine="V1", gpu_name="A10",
+                                  gpu_bytes=22.07 * GIB, max_model_len=8192))
+    assert (res.max_num_seqs, res.max_num_batched_tokens) == (1024, 2048)
+    assert res.activation_bytes == 2048 * (4096 + 128256) * 2 > forward
+    assert any("samples nothing" in line and "2,048 rows" in line for line in sizing.physics_assumptions(res))
+    # 0.7.0+ on an H100 (vllm-project/vllm#12369, device-name check in arg_utils.py 0.7.0): 8,192 tokens
+    h100 = sizing.plan_memory(_inp("llama-3.1-8b", version=(0, 7, 1), engine="V1", max_model_len=8192))
+    assert h100.max_num_batched_tokens == 8192
+    assert h100.activation_bytes == 8192 * (4096 + 128256) * 2
+    old = sizing.plan_memory(_inp("llama-3.1-8b", version=(0, 6, 6), engine="V1", max_model_len=8192))
+    assert old.max_num_batched_tokens == 2048                    # 0.6.6: no H100 tier yet
+    # with TP the V1 all-gather holds the rank's shard, the gathered logits and the reshaped copy
+    assert profiling.logits_bytes(a, 2048, tp=2) == int(2048 * (4096 + 128256 * 2.5) * 2)
+    # 0.7.3: 1,024 rows of logits, below the forward pass over 8,192 tokens
+    r073 = sizing.plan_memory(_inp("llama-3.1-8b", version=(0, 7, 3), engine="V1", max_model_len=8192))
+    assert r073.activation_bytes == max(profiling.activation_bytes(a, 8192, 1024, sampler=False),
+                                        1024 * (4096 + 128256) * 2)
+    # 0.6.4: the forward pass only
+    r064 = sizing.plan_memory(_inp("llama-3.1-8b", version=(0, 6, 4), engine="V1", max_model_len=8192))
+    assert r064.activation_bytes == profiling.activation_bytes(a, r064.max_num_batched_tokens, 1024, sampler=False)
+    # 0.8.0: the dummy sampler over max_num_seqs rows (39 bytes a logit on the sort path)
+    r080 = sizing.plan_memory(_inp("llama-3.1-8b", version=(0, 8, 0), max_model_len=8192))
+    assert r080.activation_bytes == 1024 * 128256 * 39

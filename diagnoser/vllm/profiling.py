@@ -81,8 +81,40 @@ def sampler_extra_bytes(arch: ArchSpec, rows: int, max_num_batched_tokens: int, 
     return hidden + (topk_topp_buffer_bytes(sm_count, rows, arch.vocab_size) if triton_buffer else 0)
 
 
+def logits_bytes(arch: ArchSpec, rows: int, tp: int = 1, act_bytes: float = 2) -> int:
+    """Peak of V1's compute_logits over `rows` hidden vectors when profile_run runs no sampler (0.6.5-0.7.3,
+    settings.v1_profile_logits): the rows' hidden states and their logits, both in the model dtype (the
+    LogitsProcessor returns lm_head's output unconverted; vllm/model_executor/layers/logits_processor.py 0.7.1).
+    With tensor parallelism V1 all-gathers the logits (use_all_gather under VLLM_USE_V1), and
+    GroupCoordinator.all_gather holds the rank's vocabulary shard, the gathered buffer and the copy its
+    movedim + reshape returns at once (vllm/distributed/parallel_state.py 0.7.1).
+
+    >>> a = ArchSpec("t", layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8,
+    ...              intermediate_size=28672, vocab_size=128256)
+    >>> logits_bytes(a, 8192) == 8192 * (8192 + 128256) * 2
+    True
+    >>> logits_bytes(a, 8192, tp=2) == 8192 * (8192 + 128256 // 2 + 2 * 128256) * 2
+    True
+    """
+    vocab = arch.vocab_size if tp <= 1 else arch.vocab_size * (2 + 1 / tp)
+    return int(rows * (arch.hidden_size + vocab) * act_bytes)
+
+
+def profile_logit_rows(mode: str, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """Rows V1's profile_run computes logits for without sampling them (settings.v1_profile_logits): every
+    token of the dummy batch (`batched_tokens`, 0.6.5-0.7.2), the last token of each of max_num_seqs dummy
+    requests (`max_num_seqs`, 0.7.3), none (`none`, 0.6.4: forward pass only); 0 too for `sampler`, whose rows
+    profiled_sequences counts.
+
+    >>> [profile_logit_rows(m, 1024, 8192) for m in ("batched_tokens", "max_num_seqs", "none", "sampler")]
+    [8192, 1024, 0, 0]
+    """
+    return {"batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}.get(mode, 0)
+
+
 def profiled_sequences(engine: str, max_num_seqs: int, max_num_batched_tokens: int) -> int:
-    """Rows of vocabulary the profiling run samples. V1 samples max_num_seqs dummy rows (_dummy_sampler_run). V0
+    """Rows of vocabulary the profiling run samples. V1 samples max_num_seqs dummy rows (_dummy_sampler_run, from
+    0.8.0; before, profile_run samples nothing: settings.v1_profile_logits, profile_logit_rows). V0
     splits max_num_batched_tokens over max_num_seqs dummy sequence groups, at least one token each, and samples
     every group (vllm/worker/model_runner.py profile_run), chunked prefill or not: with max_model_len 105,088
     (chunked, 512 tokens) a GTX 1080's Llama-3.2-1B peaked at 1.17 GiB = 256 x 128,256 logits x 39 bytes

@@ -38,6 +38,8 @@ from diagnoser.vllm.profiling import (
     activation_bytes,
     encoder_bytes,
     encoder_items,
+    logits_bytes,
+    profile_logit_rows,
     profiled_sequences,
     sampler_extra_bytes,
 )
@@ -273,14 +275,21 @@ def gpu_compute_capability(inp: PlanInput) -> float | None:
 def _activation_peak(inp: PlanInput, engine: str, seqs: int, batched: int, model_dtype_bytes: float,
                      per_logit: float, hybrid: HybridLayout, runner: str = "MRV1") -> float:
     """The profiling run's PyTorch peak: the forward pass or the sampler over the sequences it samples
-    (profiling.profiled_sequences) with what V1's dummy sampler run holds beside the logits (_sampler_extra), the
-    multimodal encoder when V1 profiles it, and the recurrent state V0 allocates outside the cache."""
+    (profiling.profiled_sequences; V1 before 0.8.0 samples nothing, only its logits count: profiling.logits_bytes)
+    with what V1's dummy sampler run holds beside the logits (_sampler_extra), the multimodal encoder when V1
+    profiles it, and the recurrent state V0 allocates outside the cache."""
     arch = inp.arch
     tp = max(1, inp.tensor_parallel_size)
-    rows = profiled_sequences(engine, seqs, batched)
-    act = float(activation_bytes(arch, batched, rows, tp, model_dtype_bytes, bytes_per_logit=per_logit,
-                                 sampler_extra=_sampler_extra(inp, engine, runner, rows, batched, model_dtype_bytes,
-                                                              per_logit)))
+    mode = str(releases.default("v1_profile_logits", inp.version, engine=engine))
+    if mode != "sampler":
+        # V1 0.6.4-0.7.3 profile no sampler: the forward pass, then at most the logits of some rows
+        forward = activation_bytes(arch, batched, seqs, tp, model_dtype_bytes, sampler=False)
+        act = float(max(forward, logits_bytes(arch, profile_logit_rows(mode, seqs, batched), tp, model_dtype_bytes)))
+    else:
+        rows = profiled_sequences(engine, seqs, batched)
+        act = float(activation_bytes(arch, batched, rows, tp, model_dtype_bytes, bytes_per_logit=per_logit,
+                                     sampler_extra=_sampler_extra(inp, engine, runner, rows, batched,
+                                                                  model_dtype_bytes, per_logit)))
     if arch.vision and engine == "V1" and not inp.skip_mm_profiling:
         act = max(act, float(encoder_bytes(arch, batched, model_dtype_bytes)))
     if arch.is_hybrid and not hybrid.paged:
@@ -478,7 +487,13 @@ def physics_assumptions(res: PlanResult) -> list[str]:
     if engine == "V0" and not chunked and not inp.max_num_batched_tokens:
         out.append(f"V0 without chunked prefill profiles one batch of max(max_model_len, 2048) = "
                    f"{res.max_num_batched_tokens:,} tokens: the activation peak grows with --max-model-len")
-    if res.sampler_bytes_per_logit == m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
+    mode = str(releases.default("v1_profile_logits", v, engine=engine))
+    if mode != "sampler":
+        rows = profile_logit_rows(mode, res.max_num_seqs, res.max_num_batched_tokens)
+        out.append("V1's profiling run in this release samples nothing: the forward pass over "
+                   f"{res.max_num_batched_tokens:,} tokens" + (f", then 16-bit logits of {rows:,} rows"
+                                                                 if rows else " only"))
+    elif res.sampler_bytes_per_logit == m.FLASHINFER_SAMPLER_BYTES_PER_LOGIT:
         out.append("sampler: FlashInfer's top-p/top-k kernel (no sort), 12 bytes per logit")
     elif _triton_sampler(inp, engine, res.model_runner, res.sampler_bytes_per_logit):
         sms = inp.sm_count if inp.sm_count is not None else sm_count_of(inp.gpu_name)
