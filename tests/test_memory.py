@@ -713,3 +713,18 @@ def test_early_v1_profile_run_computes_logits_but_samples_nothing():
     # 0.8.0: the dummy sampler over max_num_seqs rows (39 bytes a logit on the sort path)
     r080 = sizing.plan_memory(_inp("llama-3.1-8b", version=(0, 8, 0), max_model_len=8192))
     assert r080.activation_bytes == 1024 * 128256 * 39
+
+
+def test_mrv2_graph_base_before_0_29_is_its_own_fitted_entry():
+    """Model Runner V2 0.25.0-0.28.0 subtracts no graph estimate (gpu/model_runner.py profile_cudagraph_memory:
+    'return 0'), 0.29.0 does (cudagraph_utils.py): their fixed parts are separate entries, fitted apart."""
+    for setting in ("cuda_graph_base_gib", "cuda_graph_per_layer_gib"):
+        for version, since in (((0, 25, 0), (0, 25, 0)), ((0, 28, 0), (0, 25, 0)), ((0, 29, 0), (0, 29, 0)),
+                               ((0, 31, 0), (0, 29, 0))):
+            assert releases.default_entry(setting, version, engine="V1", runner="MRV2").since == since
+        assert releases.default_entry(setting, (0, 28, 0), engine="V1", runner="MRV1").since == (0, 11, 0)
+    assert releases.default("cuda_graph_base_gib", (0, 27, 1), engine="V1", runner="MRV2") == 0.5
+    assert releases.default("cuda_graph_base_gib", (0, 29, 0), engine="V1", runner="MRV2") == 0.5
+    assert releases.default("cuda_graph_per_layer_gib", (0, 27, 1), engine="V1", runner="MRV2") == 0.006
+    assert "start-ups" in releases.default_entry("cuda_graph_base_gib", (0, 29, 0), engine="V1",
+                                                 runner="MRV2").source
