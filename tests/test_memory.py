@@ -405,6 +405,13 @@ def test_mrv2_extrapolates_full_graphs_from_0_29():
     assert res.max_num_seqs == 256 and res.graph_extrapolation_bytes == pytest.approx(142 * 34 * 32 * 4096, rel=1e-6)
     assert fixed.graph_extrapolation_bytes == 0
     assert res.cuda_graph_bytes - fixed.cuda_graph_bytes == pytest.approx(res.graph_extrapolation_bytes, rel=1e-6)
+    # the plan says what that term is, how sure it is and what changes it; a release that subtracts none says nothing
+    said = [a for a in sizing.physics_assumptions(res) if a.startswith("CUDA graphs:")]
+    assert len(said) == 1 and "max_num_seqs=256" in said[0] and f"{res.graph_extrapolation_bytes / GIB:.2f} GiB" in said[0]
+    assert "--max-num-seqs" in said[0] and "least certain" in said[0]
+    old = sizing.plan_memory(sizing.with_changes(inp, version=(0, 28, 0)))
+    assert not any(a.startswith("CUDA graphs:") for a in sizing.physics_assumptions(old))
+    assert not any(a.startswith("CUDA graphs:") for a in sizing.physics_assumptions(fixed))
 
 
 def test_hybrid_linear_attention_state_and_page_unification():

@@ -504,6 +504,13 @@ def physics_assumptions(res: PlanResult) -> list[str]:
         out.append(f"Model Runner V2 (dense models from vLLM 0.25, every model from 0.29): the profiled peak is the "
                    f"forward pass (the sampler keeps {res.sampler_bytes_per_logit:g} bytes per logit) plus "
                    f"{res.cuda_graph_bytes / GIB:.2f} GiB for the graph estimate and a cold compile's workspace")
+    if res.graph_extrapolation_bytes > 0 and res.graphs_in_budget:
+        out.append(f"CUDA graphs: vLLM subtracts its own estimate of the FULL decode graphs before sizing the KV "
+                   f"cache (one per capture size up to max_num_seqs={res.max_num_seqs:,}), here "
+                   f"{res.graph_extrapolation_bytes / GIB:.2f} GiB; the planner scales it by layers x hidden size "
+                   "from start-ups of 7-32B models on one GPU, so for larger models or TP > 1 it is the least "
+                   "certain term. A smaller --max-num-seqs captures fewer graphs; vLLM's log prints the figure "
+                   "('equivalent to --gpu-memory-utilization=... without CUDA graph memory profiling')")
     if a.vision and engine == "V1":
         if inp.skip_mm_profiling:
             out.append("multimodal: --skip-mm-profiling, the encoder is not profiled")
