@@ -601,8 +601,13 @@ def test_mxfp4_marlin_padding_from_vllm_source():
     # vLLM's Marlin MXFP4 MoE (mxfp4.py 0.11.0, oracle/mxfp4.py 0.19.0): hidden to a multiple of 256, each rank's
     # intermediate to a multiple of 128; gpt-oss (2880 x 2880): 3072 x 2944 at TP 1, 3072 x 1536 at TP 2
     a = load_model("openai/gpt-oss-120b").arch
-    assert weights.mxfp4_pad_factor(a, 1) == pytest.approx(3072 / 2880 * 2944 / 2880)
-    assert weights.mxfp4_pad_factor(a, 2) == pytest.approx(3072 / 2880 * 1536 / 1440)
+    h, i = a.hidden_size, a.moe_intermediate_size or a.intermediate_size
+
+    def marlin(hp: int, ip: int) -> int:  # w13 (2I x H) and w2 (H x I): nibbles, a scale per 32, bf16 biases
+        return 3 * ip * hp // 2 + 3 * ip * hp // 32 + (2 * ip + hp) * 2
+
+    assert weights.mxfp4_expert_bytes(h, i, weights.MARLIN_LAYOUT) == marlin(3072, 2944)
+    assert weights.mxfp4_expert_bytes(h, i // 2, weights.MARLIN_LAYOUT) == marlin(3072, 1536)
     # 4.25 bits a weight: an e2m1 nibble and one e8m0 scale per 32 weights
     assert weights.quantized_weight_bytes("mxfp4") == 0.5 + 1 / 32
 

@@ -300,23 +300,6 @@ def mxfp4_moe_choice(version: tuple[int, int, int] | None, compute_capability: f
     return Mxfp4Choice(entry["backend"], entry, gpu, why)
 
 
-def mxfp4_pad_factor(arch: ArchSpec, tp: int = 1) -> float:
-    """How much MXFP4 expert weights grow when the Marlin kernel pads the hidden size to a multiple of 256 and
-    each rank's intermediate size to a multiple of 128 (the w13 and w2 tensors are E x 2I x H and E x H x I).
-
-    >>> a = ArchSpec("gpt-oss", layers=1, hidden_size=2880, num_attention_heads=64, num_key_value_heads=8,
-    ...              intermediate_size=2880, vocab_size=100)
-    >>> round(mxfp4_pad_factor(a), 4), round(mxfp4_pad_factor(a, 2), 4)  # 3072/2880 x 2944/2880, x 1536/1440
-    (1.0904, 1.1378)
-    """
-    h = arch.hidden_size
-    i = (arch.moe_intermediate_size or arch.intermediate_size) // max(1, tp)
-    if not h or not i:
-        return 1.0
-    return (math.ceil(h / MXFP4_PAD_HIDDEN) * MXFP4_PAD_HIDDEN / h) * \
-        (math.ceil(i / MXFP4_PAD_INTERMEDIATE) * MXFP4_PAD_INTERMEDIATE / i)
-
-
 def resolve_dtype_bytes(arch: ArchSpec, dtype: str | None) -> float:
     """--dtype auto keeps a 16-bit checkpoint's dtype and loads fp32 checkpoints as 16-bit: 2 bytes either way.
 
